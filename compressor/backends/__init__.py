@@ -1,0 +1,74 @@
+"""Picks the backend for a model or a model reference without importing any framework."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from compressor.backends.base import Backend, ModelInfo
+from compressor.errors import BackendUnavailableError, ModelLoadError
+
+__all__ = ["Backend", "ModelInfo", "backend_for", "get_backend"]
+
+KERAS_SUFFIXES = (".keras", ".h5", ".hdf5")
+TORCH_SUFFIXES = (".pt2", ".pt", ".pth", ".ts")
+
+
+def get_backend(name: str) -> Backend:
+    if name == "keras":
+        from compressor.backends.keras_backend import KerasBackend
+
+        return KerasBackend()
+    if name == "torch":
+        try:
+            from compressor.backends.torch_backend import TorchBackend
+        except ImportError as exc:
+            raise BackendUnavailableError(
+                f"the PyTorch backend is not available here ({exc}); "
+                "install it with `pip install compressor[torch]`") from None
+        return TorchBackend()
+    raise BackendUnavailableError(f"no backend named {name!r}; use keras or torch")
+
+
+def framework_of(model: Any) -> str:
+    """'keras' or 'torch' for a model object or a model reference (path / module:function)."""
+    if isinstance(model, (str, Path)):
+        return _framework_of_reference(str(model))
+    module = type(model).__module__.split(".")[0]
+    if module in ("tf_keras", "keras", "tensorflow"):
+        return "keras"
+    if module == "torch" or _is_torch_module(model):
+        return "torch"
+    raise ModelLoadError(f"cannot compress a {type(model).__qualname__}; pass a tf_keras model, "
+                         "a torch.nn.Module, or a path to a model file")
+
+
+def backend_for(model: Any) -> Backend:
+    return get_backend(framework_of(model))
+
+
+def _framework_of_reference(ref: str) -> str:
+    path = Path(ref)
+    if path.suffix in KERAS_SUFFIXES or (path.is_dir() and (path / "saved_model.pb").exists()):
+        return "keras"
+    if path.suffix in TORCH_SUFFIXES:
+        return "torch"
+    if _looks_like_callable_ref(ref):
+        return "torch"
+    if path.suffix == ".onnx":
+        raise ModelLoadError(f"{ref}: ONNX input models are not supported yet; pass the Keras or "
+                             "PyTorch model it was exported from")
+    if not path.exists():
+        raise ModelLoadError(f"model {ref} does not exist; check the path")
+    raise ModelLoadError(f"{ref}: unknown model format {path.suffix or '(no suffix)'}; use .keras, "
+                         ".h5, a SavedModel folder, .pt2, or module:function for PyTorch")
+
+
+def _looks_like_callable_ref(ref: str) -> bool:
+    if ":" not in ref or ref.count(":") > 1:
+        return False
+    module, func = ref.split(":")
+    return bool(module) and func.isidentifier()
+
+
+def _is_torch_module(model: Any) -> bool:
+    return any(cls.__module__.startswith("torch.nn") for cls in type(model).__mro__)

@@ -1,0 +1,61 @@
+"""The Backend protocol: the only place framework work happens.
+
+Passes call these methods and never branch on the framework. One backend per framework
+(keras_backend.py, torch_backend.py); each keeps its training loop in one place so that a
+distribution strategy / process group can wrap model, data and optimizer later.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from compressor.context import Context, ModelState
+    from compressor.passes.distill import DistillConfig
+    from compressor.passes.precision import PrecisionConfig
+    from compressor.passes.prune import PruneConfig
+    from compressor.passes.quantize import QuantizeConfig
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What validation and reports need to know about a framework model."""
+
+    params: int
+    input_shape: tuple[int | None, ...]   # batch dimension first, None where dynamic
+    input_dtype: str                      # numpy dtype name, e.g. "float32" or "int64"
+    output_shape: tuple[int | None, ...]
+    size_bytes: int                       # float32 weight bytes (params x 4 for fp32 models)
+
+
+class Backend(Protocol):
+    name: str          # "keras" | "torch"
+    image_layout: str  # how built-in image data is laid out for this framework: "NHWC" | "NCHW"
+
+    def load(self, source: Any, *, weights: str | None = None, trust_pickle: bool = False) -> Any:
+        """A model from a path, `module:function`, or an in-memory model (cloned, never mutated)."""
+
+    def save(self, model: Any, path: Path) -> Path: ...
+
+    def clone(self, model: Any) -> Any: ...
+
+    def describe(self, model: Any) -> ModelInfo: ...
+
+    def predict(self, model: Any, x: np.ndarray, batch_size: int = 256) -> np.ndarray:
+        """Raw outputs (logits) of the framework model, in inference mode."""
+
+    def prune(self, state: ModelState, config: PruneConfig, ctx: Context) -> ModelState: ...
+
+    def quantize_qat(self, state: ModelState, config: QuantizeConfig, ctx: Context) -> ModelState: ...
+
+    def quantize_ptq(self, state: ModelState, config: QuantizeConfig, ctx: Context) -> ModelState: ...
+
+    def distill(self, state: ModelState, config: DistillConfig, ctx: Context) -> ModelState: ...
+
+    def to_precision(self, state: ModelState, config: PrecisionConfig, ctx: Context) -> ModelState: ...
+
+    def export(self, state: ModelState, fmt: str, path: Path, ctx: Context) -> Path:
+        """Write the artifact for `fmt` ("tflite" | "onnx") at `path`; return it."""

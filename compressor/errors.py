@@ -1,0 +1,40 @@
+"""Typed errors. Every user mistake is a CompressorError whose message says what to do.
+
+The CLI turns a CompressorError into one line on stderr and its `exit_code`; anything else
+escaping is a bug in compressor and is shown with a traceback.
+"""
+from __future__ import annotations
+
+
+class CompressorError(Exception):
+    """Base class: a problem the user can fix. `exit_code` is what the CLI exits with."""
+
+    exit_code = 2
+
+
+class RecipeError(CompressorError):
+    """A recipe is unknown, malformed, or asks for something inconsistent."""
+
+
+class ModelLoadError(CompressorError):
+    """A model (or teacher) file is missing, corrupt, unsupported or unsafe to load."""
+
+
+class DataError(CompressorError):
+    """Data is missing, malformed, or does not match the model's inputs."""
+
+
+class BackendUnavailableError(CompressorError):
+    """A framework, converter or runtime this work needs is not installed or cannot do it."""
+
+
+class AccuracyGateError(CompressorError):
+    """An artifact lost more accuracy than the recipe's `validate` allows."""
+
+    exit_code = 3
+
+
+class DeviceBudgetError(CompressorError):
+    """An artifact does not fit the target device's memory budget."""
+
+    exit_code = 4

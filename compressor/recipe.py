@@ -1,0 +1,211 @@
+"""Recipes: a named list of steps, the export formats, the accuracy gate and a target device.
+
+Loaded from a built-in name or a YAML path; `extends: parent` inherits a recipe (the child's
+`steps` replace the parent's whole, mappings such as `validate` merge key by key).
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+import compressor.passes  # noqa: F401  (fills the registry the step union is built from)
+from compressor.errors import RecipeError
+from compressor.registry import did_you_mean, pass_names, step_configs
+
+Step = Annotated[Union[step_configs()], Field(discriminator="kind")]  # type: ignore[valid-type]
+ExportFormat = Literal["tflite", "onnx"]
+
+
+class ValidateConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    metric: Literal["accuracy", "fidelity", "mse"] = Field(
+        "accuracy", description="accuracy (labels), fidelity (cosine vs the original's outputs) or mse")
+    max_drop: float = Field(0.01, ge=0.0, description="absolute metric drop allowed, e.g. 0.01")
+    min_fidelity: float | None = Field(None, gt=0.0, le=1.0,
+                                       description="for metric fidelity: lowest allowed, e.g. 0.99")
+
+
+class Recipe(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    name: str
+    description: str = ""
+    steps: tuple[Step, ...] = ()
+    export: tuple[ExportFormat, ...] = Field(("tflite", "onnx"), min_length=1)
+    validation: ValidateConfig = Field(default_factory=ValidateConfig, alias="validate")
+    target: str | None = None
+
+    @model_validator(mode="after")
+    def _steps_fit_together(self) -> Recipe:
+        kinds = [step.kind for step in self.steps]
+        if kinds.count("quantize") > 1:
+            raise ValueError("has more than one quantize step; keep one (qat or ptq)")
+        if "quantize" in kinds and "precision" in kinds:
+            raise ValueError("mixes quantize and precision; for int8 with float layers use "
+                             "quantize with `fallback: auto`")
+        if "quantize" in kinds:
+            after = kinds[kinds.index("quantize") + 1:]
+            if "prune" in after:
+                raise ValueError("prunes after quantize; put the prune step before quantize")
+        for step in self.steps:
+            if step.kind == "precision" and step.dtype == "bfloat16" and "tflite" in self.export:
+                raise ValueError("asks for bfloat16 with tflite export; TFLite cannot store "
+                                 "bfloat16 weights: use float16, or export: [onnx]")
+        return self
+
+    @property
+    def needs_teacher(self) -> bool:
+        return any(step.kind == "distill" for step in self.steps)
+
+    @property
+    def needs_train_data(self) -> bool:
+        """Fine-tuning and ptq calibration both read the training split."""
+        return any(getattr(step, "epochs", 0) > 0 or getattr(step, "mode", "") == "ptq"
+                   for step in self.steps)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    def sha256(self) -> str:
+        return hashlib.sha256(self.to_yaml().encode()).hexdigest()
+
+
+# ---------------------------------------------------------------------------------- loading
+
+def builtin_dir() -> Path:
+    packaged = Path(__file__).with_name("recipes")  # a regular install ships them in the package
+    return packaged if packaged.is_dir() else Path(__file__).resolve().parent.parent / "recipes"
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.stem for p in builtin_dir().glob("*.yaml"))
+
+
+def load_recipe(name_or_path: str | Path | Recipe) -> Recipe:
+    """A Recipe from a built-in name, a .yaml path, or a Recipe (returned as is)."""
+    if isinstance(name_or_path, Recipe):
+        return name_or_path
+    raw, source = _resolve_raw(str(name_or_path), seen=())
+    return recipe_from_dict(raw, source)
+
+
+def recipe_from_dict(raw: dict[str, Any], source: str = "recipe") -> Recipe:
+    try:
+        return Recipe.model_validate(raw)
+    except ValidationError as exc:
+        raise RecipeError(format_validation_error(exc, source)) from None
+
+
+def _resolve_raw(ref: str, seen: tuple[str, ...]) -> tuple[dict[str, Any], str]:
+    path = _locate(ref)
+    if str(path) in seen:
+        raise RecipeError(f"{path}: `extends` loops back to itself ({' -> '.join(seen)})")
+    raw = _read_yaml(path)
+    parent_ref = raw.pop("extends", None)
+    if parent_ref is not None:
+        parent, _ = _resolve_raw(str(parent_ref), seen + (str(path),))
+        raw = _merge(parent, raw)
+    return raw, str(path)
+
+
+def _locate(ref: str) -> Path:
+    path = Path(ref)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise RecipeError(f"recipe file {ref} does not exist; pass a built-in name "
+                              f"({', '.join(builtin_names())}) or a path to a .yaml file")
+        return path
+    builtin = builtin_dir() / f"{ref}.yaml"
+    if not builtin.is_file():
+        raise RecipeError(f"unknown recipe {ref!r}{did_you_mean(ref, builtin_names())} "
+                          "(compress recipes list)")
+    return builtin
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise RecipeError(f"{path}: not valid YAML ({str(exc).splitlines()[0]}); "
+                          "fix the file's syntax") from None
+    if not isinstance(raw, dict):
+        raise RecipeError(f"{path}: a recipe is a YAML mapping with `name` and `steps`")
+    raw.setdefault("name", path.stem)
+    return raw
+
+
+def _merge(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
+    """Mappings merge key by key; lists (steps, export) and scalars are replaced whole."""
+    merged = dict(parent)
+    for key, value in child.items():
+        if isinstance(value, dict) and isinstance(parent.get(key), dict):
+            merged[key] = _merge(parent[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+# --------------------------------------------------------------------------- error messages
+
+def format_validation_error(exc: ValidationError, source: str) -> str:
+    return "\n".join(_describe(err, source) for err in exc.errors())
+
+
+def _describe(err: dict[str, Any], source: str) -> str:
+    loc = _public_loc(err["loc"])
+    where = ".".join(str(part) for part in loc) or "recipe"
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        allowed = _allowed_keys(err["loc"])
+        hint = did_you_mean(str(loc[-1]), allowed)
+        return f"{source}: {where}: unknown key{hint} (allowed here: {', '.join(allowed)})"
+    if kind in ("union_tag_invalid", "union_tag_not_found"):
+        got = err.get("input", {}).get("pass") if isinstance(err.get("input"), dict) else None
+        hint = did_you_mean(str(got), pass_names()) if got else ""
+        return (f"{source}: {where}.pass = {got!r} is not a pass{hint} "
+                f"(passes: {', '.join(pass_names())})")
+    if kind == "value_error":
+        return f"{source}: {where} {err['msg'].removeprefix('Value error, ')}"
+    value = f" = {err['input']!r}" if not isinstance(err.get("input"), dict) else ""
+    hint = _field_description(err["loc"])
+    return f"{source}: {where}{value}: {err['msg']}" + (f" ({hint})" if hint else "")
+
+
+def _public_loc(loc: tuple) -> tuple:
+    """Drop the union tag pydantic inserts: ('steps', 0, 'prune', 'sparsity') -> steps.0.sparsity."""
+    out = []
+    for i, part in enumerate(loc):
+        if i > 0 and isinstance(loc[i - 1], int) and part in pass_names():
+            continue
+        out.append("validate" if part == "validation" else part)
+    return tuple(out)
+
+
+def _model_at(loc: tuple) -> type[BaseModel] | None:
+    """The pydantic model class that owns the last key of `loc`."""
+    if len(loc) >= 3 and loc[0] == "steps" and loc[2] in pass_names():
+        return next(cls for cls in step_configs() if cls.model_fields["kind"].default == loc[2])
+    if loc and loc[0] in ("validate", "validation") and len(loc) == 2:
+        return ValidateConfig
+    return Recipe if len(loc) == 1 else None
+
+
+def _allowed_keys(loc: tuple) -> list[str]:
+    owner = _model_at(loc)
+    if owner is None:
+        return []
+    return [f.alias or name for name, f in owner.model_fields.items()]
+
+
+def _field_description(loc: tuple) -> str:
+    owner = _model_at(loc)
+    field = owner.model_fields.get(str(loc[-1])) if owner else None
+    return field.description or "" if field else ""
