@@ -69,7 +69,10 @@ class Recipe(BaseModel):
                    for step in self.steps)
 
     def to_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        raw = self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        # `pass` first in each step: that is how people read and write recipes.
+        raw["steps"] = [{"pass": step.pop("pass"), **step} for step in raw["steps"]]
+        return raw
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)

@@ -42,7 +42,9 @@ class Backend(Protocol):
 
     def clone(self, model: Any) -> Any: ...
 
-    def describe(self, model: Any) -> ModelInfo: ...
+    def describe(self, model: Any, example: np.ndarray | None = None) -> ModelInfo:
+        """Params and I/O of `model`; `example` (a few inputs) is for frameworks whose modules do
+        not declare an input shape: it is run once, and a DataError says if it does not fit."""
 
     def predict(self, model: Any, x: np.ndarray, batch_size: int = 256) -> np.ndarray:
         """Raw outputs (logits) of the framework model, in inference mode."""

@@ -1,0 +1,86 @@
+"""The `compress` command. Turns CompressorError into one line on stderr and its exit code."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from compressor.errors import CompressorError
+
+SUBCOMMANDS = ("recipes", "inspect", "eval", "devices")
+
+EPILOG = """\
+other commands:
+  compress recipes list | compress recipes show NAME
+  compress inspect ARTIFACT [--json]      sizes, dtypes, sparsity, ops, est. memory
+  compress eval ARTIFACT --data D         metric of an artifact in its runtime
+  compress devices                        the device profiles
+
+exit codes: 0 passed, 2 bad input, 3 accuracy gate failed, 4 device budget exceeded
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        if argv and argv[0] in SUBCOMMANDS:
+            from compressor import cli_commands
+
+            return cli_commands.run(argv[0], argv[1:])
+        return _compress(_compress_parser().parse_args(argv))
+    except CompressorError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted; nothing was written to the output folder", file=sys.stderr)
+        return 130
+
+
+def _compress_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="compress", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Compress a Keras or PyTorch model with a named recipe, export TFLite / ONNX, "
+                    "and validate the artifacts in LiteRT / onnxruntime.")
+    parser.add_argument("model", help="model.keras | model.h5 | SavedModel dir | model.pt2 | "
+                                      "module:function (PyTorch)")
+    parser.add_argument("--recipe", required=True, help="built-in name (compress recipes list) "
+                                                        "or a recipe .yaml")
+    parser.add_argument("--weights", help="state_dict file for a module:function PyTorch model")
+    parser.add_argument("--data", default="digits",
+                        help="digits (built-in) | data.npz (x_train y_train x_val y_val) | "
+                             "module:function  [default: digits]")
+    parser.add_argument("--teacher", help="teacher model for distill steps (same forms as MODEL)")
+    parser.add_argument("--teacher-weights", help="state_dict file for a PyTorch teacher")
+    parser.add_argument("--out", default="dist", help="output folder [default: dist]")
+    parser.add_argument("--target", help="device profile (compress devices); default: the recipe's")
+    parser.add_argument("--format", help="comma-separated subset of tflite,onnx; default: the recipe's")
+    parser.add_argument("--seed", type=int, default=0, help="random seed [default: 0]")
+    parser.add_argument("--threads", type=int, help="runtime threads for latency [default: all cores]")
+    parser.add_argument("--force", action="store_true", help="write into a non-empty --out")
+    parser.add_argument("--trust-pickle", action="store_true",
+                        help="allow pickled PyTorch modules (loading them runs code from the file)")
+    parser.add_argument("--no-latency", action="store_true", help="skip the latency measurement")
+    parser.add_argument("--quiet", "-q", action="store_true", help="print errors only")
+    return parser
+
+
+def _compress(args: argparse.Namespace) -> int:
+    from compressor.pipeline import compress
+
+    formats = tuple(f.strip() for f in args.format.split(",")) if args.format else None
+    result = compress(
+        args.model, args.recipe, args.data, teacher=args.teacher, out_dir=Path(args.out),
+        target=args.target, formats=formats, seed=args.seed, weights=args.weights,
+        teacher_weights=args.teacher_weights, trust_pickle=args.trust_pickle, force=args.force,
+        quiet=args.quiet, latency=not args.no_latency, threads=args.threads)
+    if not args.quiet:
+        from compressor.summary import print_summary
+
+        print_summary(result.report, result.out_dir)
+    for failure in result.report["failures"]:
+        print(f"error: {failure}", file=sys.stderr)
+    return result.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""The `compress` subcommands: recipes, inspect, eval, devices."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from compressor.errors import CompressorError, DataError
+from compressor.report import human_size
+
+
+def run(command: str, argv: list[str]) -> int:
+    return {"recipes": _recipes, "inspect": _inspect, "eval": _eval, "devices": _devices}[command](argv)
+
+
+def _recipes(argv: list[str]) -> int:
+    from compressor.recipe import builtin_names, load_recipe
+
+    parser = argparse.ArgumentParser(prog="compress recipes")
+    sub = parser.add_subparsers(dest="action", required=True)
+    sub.add_parser("list", help="the built-in recipes")
+    show = sub.add_parser("show", help="a recipe as YAML, with its `extends` resolved")
+    show.add_argument("name", help="built-in name or path to a .yaml")
+    args = parser.parse_args(argv)
+    if args.action == "list":
+        for name in builtin_names():
+            recipe = load_recipe(name)
+            print(f"{name:<18} {recipe.description}")
+    else:
+        print(load_recipe(args.name).to_yaml(), end="")
+    return 0
+
+
+def _inspect(argv: list[str]) -> int:
+    from compressor.runtimes import inspect_artifact
+
+    parser = argparse.ArgumentParser(prog="compress inspect", description="what an artifact holds")
+    parser.add_argument("artifact", type=Path)
+    parser.add_argument("--json", action="store_true", help="one JSON object with report keys")
+    parser.add_argument("--target", help="device profile to check the memory estimate against")
+    args = parser.parse_args(argv)
+    _require_file(args.artifact)
+    info = inspect_artifact(args.artifact)
+    summary = {
+        "format": info.format, "path": str(info.path), "size_bytes": info.size_bytes,
+        "gzip_bytes": info.gzip_bytes, "sha256": info.sha256, "params": info.params,
+        "weight_dtypes": info.weight_dtypes, "sparsity": info.sparsity, "ops": info.ops,
+        "inputs": info.inputs, "outputs": info.outputs,
+        "est_peak_memory_bytes": info.est_peak_memory_bytes,
+    }
+    if args.target:
+        from compressor.devices import get_profile
+
+        summary["fits_target"] = info.est_peak_memory_bytes <= get_profile(args.target).budget_bytes
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    print(f"{info.path}  ({info.format})")
+    print(f"  size          {human_size(info.size_bytes)} raw, {human_size(info.gzip_bytes)} gzip")
+    print(f"  params        {info.params:,}")
+    print("  weight dtypes " + ", ".join(f"{k} {v:.1%}" for k, v in info.weight_dtypes.items()))
+    print(f"  sparsity      {info.sparsity:.1%} of kernel weights are zero")
+    print(f"  est. memory   {human_size(info.est_peak_memory_bytes)}")
+    for kind in ("inputs", "outputs"):
+        for io in summary[kind]:
+            print(f"  {kind[:-1]:<13} {io['name']} {io['shape']} {io['dtype']}")
+    print("  ops           " + ", ".join(f"{k} x{v}" for k, v in sorted(info.ops.items())))
+    if "fits_target" in summary:
+        print(f"  fits {args.target}: {'yes' if summary['fits_target'] else 'NO'}")
+    return 0
+
+
+def _eval(argv: list[str]) -> int:
+    from compressor.data import load_data
+    from compressor.runtimes import inspect_artifact, open_runtime
+    from compressor.validate import metric_value
+
+    parser = argparse.ArgumentParser(prog="compress eval", description="an artifact's metric")
+    parser.add_argument("artifact", type=Path)
+    parser.add_argument("--data", required=True, help="digits | data.npz | module:function")
+    parser.add_argument("--metric", default="accuracy", choices=("accuracy", "mse"))
+    parser.add_argument("--threads", type=int)
+    args = parser.parse_args(argv)
+    _require_file(args.artifact)
+    shape = inspect_artifact(args.artifact).inputs[0]["shape"]
+    # Built-in images: a channel dimension of 1 right after the batch means NCHW.
+    layout = "NCHW" if len(shape) == 4 and shape[1] == 1 else "NHWC"
+    data = load_data(args.data, layout)
+    x, y = data.val
+    if args.metric == "accuracy" and y is None:
+        raise DataError(f"{data.name} has no y_val labels; accuracy needs them")
+    outputs = open_runtime(args.artifact, threads=args.threads).predict(np.asarray(x))
+    value = metric_value(args.metric, outputs, y, outputs)
+    print(json.dumps({"path": str(args.artifact), "metric": args.metric, "value": value,
+                      "samples": int(len(x))}))
+    return 0
+
+
+def _devices(argv: list[str]) -> int:
+    from compressor.devices import load_profiles
+
+    argparse.ArgumentParser(prog="compress devices", description="device profiles").parse_args(argv)
+    for name, p in load_profiles().items():
+        print(f"{name:<22} {human_size(p.memory_bytes):>9} total, {human_size(p.budget_bytes):>9} "
+              f"for the model  {p.arch:<8} {', '.join(p.runtimes)}")
+    return 0
+
+
+def _require_file(path: Path) -> None:
+    if not path.is_file():
+        raise CompressorError(f"{path} does not exist; give the path of a .tflite or .onnx file")

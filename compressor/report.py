@@ -1,0 +1,77 @@
+"""report.json (stable keys, see DESIGN.md) and a readable report.md."""
+from __future__ import annotations
+
+import json
+import platform
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+# Packages whose versions make a result reproducible; missing ones are simply left out.
+VERSIONED_PACKAGES = ("compressor", "numpy", "tensorflow", "tf-keras", "tensorflow-model-optimization",
+                      "tf2onnx", "torch", "torchao", "litert-torch", "onnx", "onnxruntime",
+                      "ai-edge-litert", "tflite-runtime")
+
+
+def package_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in VERSIONED_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def write_report(report: dict[str, Any], folder: Path) -> None:
+    (folder / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    (folder / "report.md").write_text(render_markdown(report))
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    base = report["baseline"]
+    gate = report["gate"]
+    metric = base["metric"]
+    lines = [
+        f"# compress report: {report['recipe']['name']}",
+        "",
+        f"- Result: **{'PASSED' if report['passed'] else 'FAILED'}**"
+        + ("" if report["passed"] else f" ({'; '.join(report['failures'])})"),
+        f"- Baseline ({report['framework']} model): {metric} {base['value']:.4f}, "
+        f"{base['params']:,} params, {human_size(base['size_bytes'])} fp32 weights",
+        f"- Gate: {_gate_text(gate, metric)}; target device: {report['target'] or 'none'}"
+        + (f" (budget {human_size(report['budget_bytes'])})" if report.get("budget_bytes") else ""),
+        f"- Seed {report['seed']}; recipe sha256 {report['recipe']['sha256'][:12]}",
+        "",
+        f"| artifact | size | gzip | {metric} | drop | sparsity | weight dtypes | p50 ms | est. memory | fits |",
+        "|---|---:|---:|---:|---:|---:|---|---:|---:|---|",
+    ]
+    for art in report["artifacts"]:
+        dtypes = ", ".join(f"{k} {v:.0%}" for k, v in art["weight_dtypes"].items())
+        latency = "-" if art["latency_ms_p50"] is None else f"{art['latency_ms_p50']:.3f}"
+        lines.append(
+            f"| {art['path']} | {human_size(art['size_bytes'])} | {human_size(art['gzip_bytes'])} "
+            f"| {art['metric_value']:.4f} | {art['drop']:+.4f} | {art['sparsity']:.1%} | {dtypes} "
+            f"| {latency} | {human_size(art['est_peak_memory_bytes'])} | {'yes' if art['fits_target'] else 'NO'} |")
+    timings = ", ".join(f"{k} {v:.1f}s" for k, v in report["timings_s"].items())
+    lines += ["", f"Timings: {timings}", "",
+              "Sizes, dtypes and sparsity are read back from the artifact files; metrics and "
+              "latency are measured by running them in their runtimes "
+              f"({', '.join(sorted({a['runtime'] for a in report['artifacts']}))}).", ""]
+    return "\n".join(lines)
+
+
+def _gate_text(gate: dict[str, Any], metric: str) -> str:
+    if gate.get("min_fidelity") is not None:
+        return f"fidelity >= {gate['min_fidelity']}"
+    return f"{metric} drop <= {gate['max_drop']}"
+
+
+def human_size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)

@@ -1,0 +1,31 @@
+"""The terminal summary table printed after a run (the same numbers as report.md)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from compressor.report import human_size
+
+
+def print_summary(report: dict[str, Any], out_dir: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    base = report["baseline"]
+    metric = base["metric"]
+    table = Table(title=f"{report['recipe']['name']}: {report['framework']} model, baseline "
+                        f"{metric} {base['value']:.4f}")
+    for column in ("artifact", "size", "gzip", metric, "drop", "sparsity", "weights", "p50 ms",
+                   "est. memory", "fits"):
+        table.add_column(column, justify="left" if column in ("artifact", "weights") else "right")
+    for art in report["artifacts"]:
+        top_dtype = max(art["weight_dtypes"].items(), key=lambda kv: kv[1], default=("-", 0))
+        latency = "-" if art["latency_ms_p50"] is None else f"{art['latency_ms_p50']:.3f}"
+        table.add_row(art["path"], human_size(art["size_bytes"]), human_size(art["gzip_bytes"]),
+                      f"{art['metric_value']:.4f}", f"{art['drop']:+.4f}", f"{art['sparsity']:.1%}",
+                      f"{top_dtype[0]} {top_dtype[1]:.0%}", latency,
+                      human_size(art["est_peak_memory_bytes"]), "yes" if art["fits_target"] else "NO")
+    console = Console()
+    console.print(table)
+    verdict = "[green]PASSED[/green]" if report["passed"] else "[red]FAILED[/red]"
+    console.print(f"{verdict}  report: {out_dir / 'report.md'}", highlight=False)
