@@ -1,0 +1,184 @@
+"""Code both artifact formats share: file facts, weight summaries, kernel search, memory
+liveness, batching and latency timing. Pure numpy; no runtime is imported here.
+
+Each format reduces its graph to the same plain shapes: `ops` as a list of
+(op_type, input_ids, output_ids) in execution order, constant tensor ids, and byte sizes of
+the activation tensors. Everything below works on those lists.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from compressor.errors import DataError
+from compressor.runtimes import WeightTensor
+
+Op = tuple[str, Sequence, Sequence]   # (op_type, input tensor ids, output tensor ids)
+
+# Memory a runtime needs besides weights and activations: its shared libraries, interpreter /
+# session objects and allocator slack. Measured as the RSS growth of importing the runtime and
+# running a ~1 k-parameter model once (x86_64, Python 3.11): LiteRT 2.3 ~30 MB, onnxruntime
+# 1.32 ~48 MB. Rounded up, so a budget check errs towards "does not fit".
+RUNTIME_OVERHEAD_BYTES = {"tflite": 32 * 2**20, "onnx": 48 * 2**20}
+
+
+def file_facts(path: Path) -> tuple[int, int, str]:
+    """(raw size, gzip level-9 size, sha256 hex) of the file's bytes."""
+    data = Path(path).read_bytes()
+    return len(data), len(gzip.compress(data, compresslevel=9, mtime=0)), hashlib.sha256(data).hexdigest()
+
+
+def count_zeros(values: np.ndarray, zero_point: np.ndarray | float | int = 0, axis: int = 0) -> int:
+    """Elements equal to zero, or for quantized tensors to their zero point.
+
+    `zero_point` is a scalar or one value per slice along `axis` (per-channel quantization).
+    """
+    values = np.asarray(values)
+    zp = np.asarray(zero_point).reshape(-1)
+    if zp.size <= 1 or values.ndim == 0:
+        return int(np.count_nonzero(values == (zp[0] if zp.size else 0)))
+    axis = axis % values.ndim
+    if values.shape[axis] != zp.size:   # metadata we cannot line up: fall back to plain zeros
+        return int(np.count_nonzero(values == 0))
+    shape = [1] * values.ndim
+    shape[axis] = zp.size
+    return int(np.count_nonzero(values == zp.reshape(shape)))
+
+
+def find_kernels(ops: Sequence[Op], constants: Iterable, kernel_inputs: Mapping[str, Sequence[int]],
+                 passthrough: Mapping[str, int]) -> set:
+    """Ids of constant tensors that are the weight input of a conv / dense / matmul op.
+
+    A weight may reach its op through dequantize / cast / transpose ops (fp16 TFLite, QDQ
+    ONNX): `passthrough` maps those op types to the input index to follow back.
+    """
+    constants = set(constants)
+    producer = {out: op for op in ops for out in op[2]}
+    kernels = set()
+    for op_type, inputs, _ in ops:
+        for index in kernel_inputs.get(op_type, ()):
+            if index >= len(inputs):
+                continue
+            tensor, seen = inputs[index], 0
+            while tensor not in constants and tensor in producer and seen < 8:
+                src_type, src_inputs, _ = producer[tensor]
+                if src_type not in passthrough or passthrough[src_type] >= len(src_inputs):
+                    break
+                tensor, seen = src_inputs[passthrough[src_type]], seen + 1
+            if tensor in constants:
+                kernels.add(tensor)
+    return kernels
+
+
+def weight_summary(weights: Sequence[WeightTensor]) -> tuple[int, dict[str, float], float]:
+    """(params, dtype -> fraction of weight elements, zero fraction over kernel tensors)."""
+    params = sum(w.size for w in weights)
+    by_dtype: dict[str, int] = {}
+    for w in weights:
+        by_dtype[w.dtype] = by_dtype.get(w.dtype, 0) + w.size
+    fractions = {k: round(v / params, 6) for k, v in sorted(by_dtype.items(), key=lambda kv: -kv[1])}
+    kernel_elems = sum(w.size for w in weights if w.is_kernel)
+    kernel_zeros = sum(w.zeros for w in weights if w.is_kernel)
+    return params, fractions, (kernel_zeros / kernel_elems if kernel_elems else 0.0)
+
+
+def peak_live_bytes(ops: Sequence[Op], sizes: Mapping, graph_inputs: Iterable = (),
+                    graph_outputs: Iterable = (), persistent: Iterable = ()) -> int:
+    """Largest sum of live activation bytes at any op, walking ops in execution order.
+
+    A tensor is live from the op that produces it to the last op that consumes it (both
+    inclusive); graph inputs are live from the start, graph outputs to the end, and
+    `persistent` tensors (computed once from constants, kept by the runtime) throughout.
+    Only tensors in `sizes` count, so the caller leaves constants out.
+    """
+    last = max(len(ops) - 1, 0)
+    start: dict = {t: 0 for t in graph_inputs if t in sizes}
+    end: dict = {}
+    for i, (_, inputs, outputs) in enumerate(ops):
+        for t in outputs:
+            start.setdefault(t, i)
+        for t in inputs:
+            end[t] = i
+    for t in graph_outputs:
+        end[t] = last
+    for t in persistent:
+        start[t], end[t] = 0, last
+    delta = np.zeros(last + 2, dtype=np.int64)   # +size where a tensor becomes live, -size after
+    for t, s in start.items():
+        if t in sizes:
+            delta[s] += sizes[t]
+            delta[max(end.get(t, s), s) + 1] -= sizes[t]
+    return int(np.cumsum(delta)[: last + 1].max(initial=0))
+
+
+def default_threads(threads: int | None) -> int:
+    """`threads` if given, else the cores this process may run on."""
+    if threads is not None:
+        if int(threads) < 1:
+            raise DataError(f"threads = {threads}, but it must be at least 1 (or None for all cores)")
+        return int(threads)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def as_input_list(x, names: Sequence[str]) -> list[np.ndarray]:
+    """One array per model input, in the model's order, from an array, a sequence or a dict."""
+    if isinstance(x, Mapping):
+        missing = [n for n in names if n not in x]
+        if missing:
+            raise DataError(f"inputs {missing} are missing; the model's inputs are {list(names)}")
+        return [np.asarray(x[n]) for n in names]
+    if isinstance(x, (list, tuple)) and len(names) > 1:
+        arrays = [np.asarray(a) for a in x]
+    else:
+        arrays = [np.asarray(x)]
+    if len(arrays) != len(names):
+        raise DataError(f"the model has {len(names)} inputs {list(names)} but got {len(arrays)} "
+                        "array(s); pass a dict name -> array")
+    if len({len(a) for a in arrays}) > 1:
+        raise DataError(f"inputs have different batch sizes: {[len(a) for a in arrays]}")
+    return arrays
+
+
+def predict_in_batches(run: Callable[[list[np.ndarray]], list[np.ndarray]], inputs: list[np.ndarray],
+                       batch_size: int, fixed_batch: int | None):
+    """Run `run` over batches and join its outputs along axis 0.
+
+    Models with a fixed batch dimension get exactly that many rows per call; the last batch
+    is padded with zeros and the padding cut from the outputs. Returns one array for a
+    single-output model, else a list.
+    """
+    if batch_size < 1:
+        raise DataError(f"batch_size = {batch_size}, but it must be at least 1")
+    step = fixed_batch or batch_size
+    n = len(inputs[0])
+    chunks: list[list[np.ndarray]] = []
+    for lo in range(0, n, step):
+        batch = [a[lo:lo + step] for a in inputs]
+        rows = len(batch[0])
+        if fixed_batch and rows < fixed_batch:
+            batch = [np.concatenate([b, np.zeros((fixed_batch - rows, *b.shape[1:]), b.dtype)]) for b in batch]
+        chunks.append([o[:rows] for o in run(batch)])
+    if not chunks:
+        raise DataError("predict got an empty batch (0 samples)")
+    outputs = [np.concatenate(parts) for parts in zip(*chunks)]
+    return outputs[0] if len(outputs) == 1 else outputs
+
+
+def time_calls(call: Callable[[], object], warmup: int, runs: int) -> dict[str, float]:
+    """{"p50", "p90"} in milliseconds of `call` timed with perf_counter after `warmup` calls."""
+    if runs < 1 or warmup < 0:
+        raise DataError(f"latency needs runs >= 1 and warmup >= 0 (got runs={runs}, warmup={warmup})")
+    for _ in range(warmup):
+        call()
+    times = np.empty(runs)
+    for i in range(runs):
+        t0 = time.perf_counter()
+        call()
+        times[i] = time.perf_counter() - t0
+    return {"p50": float(np.percentile(times, 50) * 1e3), "p90": float(np.percentile(times, 90) * 1e3)}

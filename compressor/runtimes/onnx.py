@@ -1,0 +1,216 @@
+"""Run .onnx artifacts with onnxruntime (CPU) and inspect them with the `onnx` package.
+
+Weights are the graph's initializers plus Constant nodes. In a QDQ model the int8
+initializer feeding a DequantizeLinear is the stored weight, and it is a kernel when that
+DequantizeLinear's output is the weight input of a Conv / MatMul / Gemm.
+Only the main graph is inspected; subgraphs of If / Loop / Scan are not walked.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from compressor.errors import BackendUnavailableError, ModelLoadError
+from compressor.runtimes import ArtifactInfo, WeightTensor
+from compressor.runtimes.common import (
+    RUNTIME_OVERHEAD_BYTES, as_input_list, count_zeros, default_threads, file_facts, find_kernels,
+    peak_live_bytes, predict_in_batches, time_calls, weight_summary)
+
+KERNEL_INPUTS = {"Conv": (1,), "ConvTranspose": (1,), "Gemm": (0, 1), "MatMul": (0, 1),
+                 "ConvInteger": (1,), "MatMulInteger": (0, 1), "QLinearConv": (3,),
+                 "QLinearMatMul": (0, 3), "MatMulNBits": (1,)}
+PASSTHROUGH = {"DequantizeLinear": 0, "Cast": 0, "Identity": 0, "Transpose": 0, "Reshape": 0}
+# (consumer op, input index) -> (input index of that weight's zero point, default axis of a per-channel zp)
+ZERO_POINT_INPUT = {("DequantizeLinear", 0): (2, 1), ("QLinearConv", 3): (5, 0),
+                    ("QLinearMatMul", 0): (2, 0), ("QLinearMatMul", 3): (5, -1),
+                    ("ConvInteger", 1): (3, 0), ("MatMulInteger", 0): (2, 0), ("MatMulInteger", 1): (3, -1)}
+CONSTANT_ATTR_DTYPES = {"value_float": np.float32, "value_floats": np.float32,
+                        "value_int": np.int64, "value_ints": np.int64}
+ORT_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
+              "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int16)": np.int16,
+              "tensor(int8)": np.int8, "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_}
+
+
+def _ort():
+    try:
+        import onnxruntime
+    except ImportError as e:
+        raise BackendUnavailableError("running .onnx artifacts needs onnxruntime: pip install onnxruntime") from e
+    return onnxruntime
+
+
+def _onnx():
+    try:
+        import onnx
+    except ImportError as e:
+        raise BackendUnavailableError("inspecting .onnx artifacts needs onnx: pip install onnx") from e
+    return onnx
+
+
+class OnnxRuntime:
+    """A .onnx artifact in an onnxruntime CPU InferenceSession."""
+
+    def __init__(self, path: Path, threads: int | None = None):
+        ort = _ort()
+        self.path = Path(path)
+        self.threads = default_threads(threads)
+        self.name = f"onnxruntime {ort.__version__}"
+        if not self.path.is_file():
+            raise ModelLoadError(f"{self.path}: no such file")
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = self.threads
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3   # errors only; warnings about unused initializers are noise
+        try:
+            self._session = ort.InferenceSession(str(self.path), sess_options=options,
+                                                 providers=["CPUExecutionProvider"])
+        except Exception as e:   # onnxruntime raises its own pybind classes (InvalidProtobuf, Fail, ...)
+            raise ModelLoadError(f"{self.path}: onnxruntime cannot load this model "
+                                 f"({type(e).__name__}: {str(e).strip()[:300]}); re-export it") from e
+        self._inputs = self._session.get_inputs()
+        self._names = [i.name for i in self._inputs]
+        first = self._inputs[0].shape[0] if self._inputs and self._inputs[0].shape else None
+        # a model exported with a fixed batch must get exactly that many rows per run
+        self._fixed_batch = first if isinstance(first, int) and first > 0 else None
+
+    def _feed(self, inputs: list[np.ndarray]) -> dict[str, np.ndarray]:
+        return {i.name: np.ascontiguousarray(x, dtype=ORT_DTYPES.get(i.type, x.dtype))
+                for i, x in zip(self._inputs, inputs)}
+
+    def _run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        outputs = self._session.run(None, self._feed(inputs))
+        return [y.astype(np.float32) if np.issubdtype(y.dtype, np.floating) else y for y in outputs]
+
+    def predict(self, x, batch_size: int = 64):
+        """Float outputs for float inputs (one array, or a list for multi-output models)."""
+        return predict_in_batches(self._run, as_input_list(x, self._names), batch_size, self._fixed_batch)
+
+    def latency_ms(self, x_one, warmup: int = 10, runs: int = 50) -> dict[str, float]:
+        """p50 / p90 of session.run on one sample, after warm-up."""
+        inputs = [a[:1] for a in as_input_list(x_one, self._names)]
+        if self._fixed_batch and self._fixed_batch > 1:
+            inputs = [np.repeat(a, self._fixed_batch, axis=0) for a in inputs]
+        feed, session = self._feed(inputs), self._session
+        return time_calls(lambda: session.run(None, feed), warmup, runs)
+
+
+def _load(path: Path):
+    onnx = _onnx()
+    from google.protobuf.message import DecodeError
+
+    if not path.is_file():
+        raise ModelLoadError(f"{path}: no such file")
+    try:
+        model = onnx.load(str(path))
+    except (DecodeError, ValueError, OSError) as e:
+        raise ModelLoadError(f"{path}: not a valid ONNX model ({e}); re-export it") from e
+    if model.ir_version == 0 or not model.graph.node:   # random bytes can parse as an empty proto
+        raise ModelLoadError(f"{path}: not a valid ONNX model (no IR version or no graph nodes); re-export it")
+    return model
+
+
+def _dims(type_proto) -> list[int] | None:
+    """Shape with -1 for symbolic or unknown dimensions; None when even the rank is unknown."""
+    if not type_proto.tensor_type.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else -1 for d in type_proto.tensor_type.shape.dim]
+
+
+def _batch1_shapes(model) -> dict[str, tuple[list[int], int]]:
+    """name -> (shape, onnx elem type) of every value, inferred with the batch dim set to 1."""
+    onnx = _onnx()
+    model = onnx.ModelProto.FromString(model.SerializeToString())   # inference must not touch the caller's copy
+    for value in model.graph.input:
+        dims = value.type.tensor_type.shape.dim
+        if len(dims) and not dims[0].HasField("dim_value"):
+            dims[0].dim_value = 1
+    try:
+        model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except onnx.shape_inference.InferenceError:
+        pass   # keep the shapes the model declares; values with unknown shape count 0 bytes
+    values = [*model.graph.input, *model.graph.value_info, *model.graph.output]
+    return {v.name: (_dims(v.type), v.type.tensor_type.elem_type) for v in values}
+
+
+def _io(values, initializers: set[str]) -> list[dict]:
+    onnx = _onnx()
+    return [{"name": v.name, "shape": _dims(v.type),
+             "dtype": np.dtype(onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type)).name}
+            for v in values if v.name not in initializers]
+
+
+def _constant_values(model) -> dict[str, np.ndarray]:
+    """name -> array of every initializer and Constant node output."""
+    onnx = _onnx()
+    from onnx import numpy_helper
+
+    values = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type != "Constant" or not node.attribute:
+            continue
+        attr = node.attribute[0]
+        if attr.name == "value":
+            values[node.output[0]] = numpy_helper.to_array(attr.t)
+        elif attr.name in CONSTANT_ATTR_DTYPES:   # value_float(s) / value_int(s); strings are not weights
+            values[node.output[0]] = np.asarray(onnx.helper.get_attribute_value(attr),
+                                                dtype=CONSTANT_ATTR_DTYPES[attr.name])
+    return values
+
+
+def _zero_points(model, constants: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, int]]:
+    """Weight name -> (zero point, axis) for weights consumed by quantized ops."""
+    found = {}
+    for node in model.graph.node:
+        axis_attr = next((a.i for a in node.attribute if a.name == "axis"), None)
+        for index, name in enumerate(node.input):
+            zp_index, axis = ZERO_POINT_INPUT.get((node.op_type, index), (None, 0))
+            if zp_index is None or name not in constants:
+                continue
+            zp_name = node.input[zp_index] if len(node.input) > zp_index else ""
+            zero_point = constants.get(zp_name, np.zeros(1))
+            found[name] = (zero_point, axis_attr if axis_attr is not None else axis)
+    return found
+
+
+def inspect_onnx(path: Path) -> ArtifactInfo:
+    """Weights, dtypes, sparsity, ops, I/O, sizes and memory estimate read from the file."""
+    onnx = _onnx()
+    path = Path(path)
+    model = _load(path)
+    graph = model.graph
+    constants = _constant_values(model)
+    compute = [(n.op_type, [i for i in n.input if i], [o for o in n.output if o])
+               for n in graph.node if n.op_type != "Constant"]
+    kernels = find_kernels(compute, constants, KERNEL_INPUTS, PASSTHROUGH)
+    zero_points = _zero_points(model, constants)
+
+    weights = []
+    for name, values in constants.items():
+        zero_point, axis = zero_points.get(name, (0, 0))
+        weights.append(WeightTensor(name, values.dtype.name, tuple(values.shape),
+                                    count_zeros(values, zero_point, axis), name in kernels))
+    weight_bytes = sum(v.nbytes for v in constants.values())
+
+    shapes = _batch1_shapes(model)
+    activations = {}
+    for name, (dims, elem_type) in shapes.items():
+        if name in constants or not elem_type:
+            continue
+        itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).itemsize
+        known = dims is not None and all(d >= 0 for d in dims)
+        activations[name] = int(np.prod(dims, dtype=np.int64)) * itemsize if known else 0
+    inits = {t.name for t in graph.initializer}
+    peak = peak_live_bytes(compute, activations, [v.name for v in graph.input if v.name not in inits],
+                           [v.name for v in graph.output])
+
+    size, gzip_size, sha = file_facts(path)
+    params, dtypes, sparsity = weight_summary(weights)
+    return ArtifactInfo(
+        format="onnx", path=path, size_bytes=size, gzip_bytes=gzip_size, sha256=sha,
+        params=params, weight_dtypes=dtypes, sparsity=sparsity,
+        ops=dict(Counter(n.op_type for n in graph.node)),
+        inputs=_io(graph.input, inits), outputs=_io(graph.output, set()),
+        est_peak_memory_bytes=weight_bytes + peak + RUNTIME_OVERHEAD_BYTES["onnx"],
+        weights=tuple(weights))
