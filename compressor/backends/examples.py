@@ -1,0 +1,48 @@
+"""Small example models trained on the built-in digits data, for `make demo` and the tests.
+
+They are real trained models (a few seconds on a CPU), so every number the demo prints is
+measured, not canned.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def keras_digits_cnn(filters: tuple[int, int] = (16, 32), dense: int = 64):
+    """An untrained tf_keras CNN for (8, 8, 1) digits images with 10 logits."""
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tf_keras as keras
+
+    return keras.Sequential([
+        keras.Input((8, 8, 1)),
+        keras.layers.Conv2D(filters[0], 3, padding="same", activation="relu"),
+        keras.layers.Conv2D(filters[1], 3, padding="same", activation="relu"),
+        keras.layers.MaxPooling2D(),
+        keras.layers.Flatten(),
+        keras.layers.Dense(dense, activation="relu"),
+        keras.layers.Dense(10),
+    ], name="digits_cnn")
+
+
+def train_keras_digits_cnn(epochs: int = 8, seed: int = 0, **shape):
+    """A trained digits CNN (about 0.97-0.99 val accuracy after 8 epochs, ~5 s on 2 cores)."""
+    import tf_keras as keras
+
+    from compressor.data import digits
+
+    keras.utils.set_random_seed(seed)
+    data = digits("NHWC")
+    model = keras_digits_cnn(**shape)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    model.fit(*data.train, epochs=epochs, batch_size=32, verbose=0)
+    return model
+
+
+def save_keras_digits_cnn(path: Path, epochs: int = 8, seed: int = 0) -> Path:
+    model = train_keras_digits_cnn(epochs=epochs, seed=seed)
+    model.save(path)
+    return path
