@@ -15,8 +15,17 @@ import numpy as np
 from compressor.errors import BackendUnavailableError, ModelLoadError
 from compressor.runtimes import ArtifactInfo, WeightTensor
 from compressor.runtimes.common import (
-    RUNTIME_OVERHEAD_BYTES, as_input_list, count_zeros, default_threads, file_facts, find_kernels,
-    peak_live_bytes, predict_in_batches, time_calls, weight_summary)
+    RUNTIME_OVERHEAD_BYTES,
+    as_input_list,
+    count_zeros,
+    default_threads,
+    file_facts,
+    find_kernels,
+    peak_live_bytes,
+    predict_in_batches,
+    time_calls,
+    weight_summary,
+)
 
 KERNEL_INPUTS = {"Conv": (1,), "ConvTranspose": (1,), "Gemm": (0, 1), "MatMul": (0, 1),
                  "ConvInteger": (1,), "MatMulInteger": (0, 1), "QLinearConv": (3,),

@@ -17,8 +17,17 @@ import numpy as np
 from compressor.errors import BackendUnavailableError, ModelLoadError
 from compressor.runtimes import ArtifactInfo, WeightTensor
 from compressor.runtimes.common import (
-    RUNTIME_OVERHEAD_BYTES, as_input_list, count_zeros, default_threads, file_facts, find_kernels,
-    peak_live_bytes, predict_in_batches, time_calls, weight_summary)
+    RUNTIME_OVERHEAD_BYTES,
+    as_input_list,
+    count_zeros,
+    default_threads,
+    file_facts,
+    find_kernels,
+    peak_live_bytes,
+    predict_in_batches,
+    time_calls,
+    weight_summary,
+)
 
 # op -> input indices that hold its weights (TRANSPOSE_CONV's inputs: output_shape, weights, input)
 KERNEL_INPUTS = {"CONV_2D": (1,), "DEPTHWISE_CONV_2D": (1,), "FULLY_CONNECTED": (1,),
@@ -164,8 +173,13 @@ def inspect_tflite(path: Path) -> ArtifactInfo:
     kernels = find_kernels(ops, constants, KERNEL_INPUTS, PASSTHROUGH)
 
     weights, weight_bytes = [], 0
-    for index in constants:
-        detail, values = tensors[index], interp.get_tensor(index)
+    for index in list(constants):
+        detail = tensors[index]
+        try:
+            values = interp.get_tensor(index)
+        except ValueError:   # no data in the file: a variable (state) tensor, not a weight
+            constants.remove(index)
+            continue
         q = detail["quantization_parameters"]
         zeros = count_zeros(values, q["zero_points"], q["quantized_dimension"])
         weights.append(WeightTensor(detail["name"], values.dtype.name, tuple(values.shape), zeros,
