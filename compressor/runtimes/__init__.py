@@ -51,7 +51,11 @@ class Runtime(Protocol):
     threads: int
 
     def predict(self, x: np.ndarray, batch_size: int = 64) -> np.ndarray:
-        """Float outputs for float inputs; handles int8 I/O (de)quantization itself."""
+        """Float outputs for float inputs; handles int8 I/O (de)quantization itself.
+
+        Multi-input models take a dict name -> array (or a list in input order); multi-output
+        models return a list of arrays. Fixed-batch models are fed padded batches.
+        """
 
     def latency_ms(self, x_one: np.ndarray, warmup: int = 10, runs: int = 50) -> dict[str, float]:
         """{"p50": ms, "p90": ms} over batch-1 runs after warm-up."""
