@@ -1,0 +1,117 @@
+"""The Keras backend: tf_keras (Keras 2) models, tfmot for pruning and QAT.
+
+TensorFlow is imported lazily (see keras_env.py), so constructing a KerasBackend is free.
+Every method works on copies: the caller's model and file are never modified.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from compressor.backends.base import ModelInfo
+from compressor.errors import BackendUnavailableError, ModelLoadError, RecipeError
+
+if TYPE_CHECKING:
+    from compressor.context import Context, ModelState
+    from compressor.passes.distill import DistillConfig
+    from compressor.passes.precision import PrecisionConfig
+    from compressor.passes.prune import PruneConfig
+    from compressor.passes.quantize import QuantizeConfig
+
+FLOAT32_BYTES = 4
+
+
+class KerasBackend:
+    name = "keras"
+    image_layout = "NHWC"
+
+    def load(self, source: Any, *, weights: str | None = None, trust_pickle: bool = False) -> Any:
+        from compressor.backends.keras_load import load_keras_model
+
+        return load_keras_model(source, weights=weights, trust_pickle=trust_pickle)
+
+    def save(self, model: Any, path: Path) -> Path:
+        path = Path(path)
+        if path.suffix not in (".keras", ".h5"):
+            path = path.with_suffix(".keras")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        model.save(str(path))
+        return path
+
+    def clone(self, model: Any) -> Any:
+        from compressor.backends.keras_load import clone_keras_model
+
+        return clone_keras_model(model)
+
+    def describe(self, model: Any) -> ModelInfo:
+        first_input, first_output = model.inputs[0], model.outputs[0]
+        params = int(model.count_params())
+        return ModelInfo(params=params,
+                         input_shape=(None, *tuple(first_input.shape)[1:]),
+                         input_dtype=first_input.dtype.name,
+                         output_shape=(None, *tuple(first_output.shape)[1:]),
+                         size_bytes=params * FLOAT32_BYTES)
+
+    def predict(self, model: Any, x: np.ndarray, batch_size: int = 256) -> np.ndarray:
+        """The first output for `x`, in inference mode (dropout off, BatchNorm frozen)."""
+        outputs = model.predict(np.asarray(x), batch_size=batch_size, verbose=0)
+        return np.asarray(outputs[0] if isinstance(outputs, (list, tuple)) else outputs)
+
+    def prune(self, state: ModelState, config: PruneConfig, ctx: Context) -> ModelState:
+        from compressor.backends.keras_optimize import pruned_model
+
+        _refuse_after_quantize(state, "prune")
+        return state.replace(model=pruned_model(state.model, config, ctx),
+                             sparsity=config.sparsity)
+
+    def quantize_qat(self, state: ModelState, config: QuantizeConfig, ctx: Context) -> ModelState:
+        from compressor.backends.keras_optimize import quantization_aware_model
+
+        _check_quantize(state, config)
+        preserve = config.preserve_sparsity and state.sparsity > 0
+        model = quantization_aware_model(state.model, config, preserve, ctx)
+        return state.replace(model=model, quantize=config)
+
+    def quantize_ptq(self, state: ModelState, config: QuantizeConfig, ctx: Context) -> ModelState:
+        # The model stays float; export calibrates on `calibration_samples` training inputs.
+        _check_quantize(state, config)
+        return state.replace(quantize=config)
+
+    def distill(self, state: ModelState, config: DistillConfig, ctx: Context) -> ModelState:
+        raise BackendUnavailableError("distillation is not implemented for keras yet; remove "
+                                      "the distill step or use the torch backend")
+
+    def to_precision(self, state: ModelState, config: PrecisionConfig, ctx: Context) -> ModelState:
+        if config.dtype == "bfloat16":
+            raise BackendUnavailableError("TFLite cannot store bfloat16 weights and LiteRT / "
+                                          "onnxruntime CPUs do not run them; use dtype: float16")
+        if state.quantize is not None:
+            raise RecipeError("a precision step after an int8 quantize step has nothing left to "
+                              "convert: an artifact is either int8 or float16; remove one of "
+                              "the steps")
+        return state.replace(precision=config)
+
+    def export(self, state: ModelState, fmt: str, path: Path, ctx: Context) -> Path:
+        from compressor.export import export_keras
+
+        if state.model is None:
+            raise ModelLoadError("there is no model to export; load one first")
+        return export_keras(state, fmt, Path(path), ctx)
+
+
+def _check_quantize(state: ModelState, config: QuantizeConfig) -> None:
+    if config.fallback == "auto":
+        raise BackendUnavailableError("quantize fallback: auto is not implemented for keras yet; "
+                                      "set fallback: none")
+    if state.precision is not None:
+        raise RecipeError("int8 quantize after a float16 precision step: an artifact is either "
+                          "int8 or float16; remove one of the steps")
+    _refuse_after_quantize(state, "quantize")
+
+
+def _refuse_after_quantize(state: ModelState, step: str) -> None:
+    if state.quantize is not None:
+        raise RecipeError(f"a {step} step after an int8 quantize step would undo or repeat it; "
+                          "put quantize last in the recipe's steps")

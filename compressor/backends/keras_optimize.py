@@ -1,0 +1,117 @@
+"""Magnitude pruning and quantization-aware training with tfmot, on private model copies."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from compressor.backends.keras_env import import_tf_keras, import_tfmot
+from compressor.backends.keras_load import clone_keras_model
+from compressor.backends.keras_train import fine_tune, steps_per_epoch
+from compressor.errors import BackendUnavailableError
+
+if TYPE_CHECKING:
+    from compressor.context import Context
+    from compressor.passes.prune import PruneConfig
+    from compressor.passes.quantize import QuantizeConfig
+
+MASK_UPDATES = 10   # how many times the pruning mask is recomputed while sparsity ramps up
+
+
+def pruned_model(model: Any, config: PruneConfig, ctx: Context) -> Any:
+    """A copy of `model` whose prunable kernels are `config.sparsity` zeros, fine-tuned."""
+    working = clone_keras_model(model)
+    if config.epochs == 0:
+        return _one_shot_pruned(working, config.sparsity)
+    tfmot = import_tfmot()
+    description = f"pruning to {config.sparsity:.0%}"
+    schedule = _pruning_schedule(tfmot, config, steps_per_epoch(ctx, config, description))
+    trained = fine_tune(lambda: _with_pruning_wrappers(working, schedule, tfmot), model, config,
+                        ctx, description, callbacks=[tfmot.sparsity.keras.UpdatePruningStep()])
+    return tfmot.sparsity.keras.strip_pruning(trained)
+
+
+def quantization_aware_model(model: Any, config: QuantizeConfig, preserve_sparsity: bool,
+                             ctx: Context) -> Any:
+    """A QAT copy of `model` (fake-quant int8), fine-tuned for `config.epochs`."""
+    working = clone_keras_model(model)
+    description = "int8 quantization-aware training"
+    return fine_tune(lambda: _with_fake_quant(working, preserve_sparsity), model, config, ctx,
+                     description)
+
+
+def _pruning_schedule(tfmot: Any, config: PruneConfig, steps: int) -> Any:
+    total = steps * config.epochs
+    # Reach the final sparsity before the last epoch, so that epoch only recovers accuracy.
+    ramp = total - steps if config.epochs > 1 else max(1, total // 2)
+    frequency = max(1, ramp // MASK_UPDATES)
+    end_step = frequency * (ramp // frequency)   # the last mask update lands exactly on it
+    sparsity = tfmot.sparsity.keras
+    if config.schedule == "constant":
+        return sparsity.ConstantSparsity(config.sparsity, begin_step=0, frequency=frequency)
+    return sparsity.PolynomialDecay(initial_sparsity=0.0, final_sparsity=config.sparsity,
+                                    begin_step=0, end_step=end_step, frequency=frequency)
+
+
+def _with_pruning_wrappers(model: Any, schedule: Any, tfmot: Any) -> Any:
+    """Wrap every layer tfmot can prune; others (custom, weightless) stay as they are."""
+    tf_keras = import_tf_keras()
+    # PruneRegistry is not in tfmot's public API; it is the list prune_low_magnitude checks.
+    from tensorflow_model_optimization.python.core.sparsity.keras.prune_registry import (
+        PruneRegistry,
+    )
+
+    prunable_cls = tfmot.sparsity.keras.PrunableLayer
+
+    def wrap(layer: Any) -> Any:
+        if isinstance(layer, tf_keras.Model):
+            return tf_keras.models.clone_model(layer, clone_function=wrap)
+        if isinstance(layer, prunable_cls) or (PruneRegistry.supports(layer) and _has_kernel(layer)):
+            return tfmot.sparsity.keras.prune_low_magnitude(layer, pruning_schedule=schedule)
+        return layer
+
+    return tf_keras.models.clone_model(model, clone_function=wrap)
+
+
+def _has_kernel(layer: Any) -> bool:
+    return any(len(w.shape) >= 2 for w in layer.weights) or not layer.built
+
+
+def _one_shot_pruned(model: Any, sparsity: float) -> Any:
+    """Zero the smallest-magnitude `sparsity` fraction of each kernel, without fine-tuning."""
+    for layer in _leaf_layers(model):
+        for weight in layer.trainable_weights:
+            if len(weight.shape) < 2:   # biases and norms are not pruned, as in tfmot
+                continue
+            values = weight.numpy()
+            count = round(sparsity * values.size)
+            if count:
+                flat = values.reshape(-1)
+                flat[np.argpartition(np.abs(flat), count - 1)[:count]] = 0.0
+                weight.assign(flat.reshape(values.shape))
+    return model
+
+
+def _leaf_layers(model: Any) -> list:
+    return [leaf for layer in model.layers
+            for leaf in (_leaf_layers(layer) if hasattr(layer, "layers") else [layer])]
+
+
+def _with_fake_quant(model: Any, preserve_sparsity: bool) -> Any:
+    tfmot = import_tfmot()
+    quantization = tfmot.quantization.keras
+    # Plain quantize_model refills pruned weights (30% -> ~10% zeros): the prune-preserving
+    # scheme keeps the zeros while the int8 ranges are learned.
+    scheme = (tfmot.experimental.combine.Default8BitPrunePreserveQuantizeScheme()
+              if preserve_sparsity else None)
+    try:
+        annotated = quantization.quantize_annotate_model(model)
+        if scheme is None:
+            return quantization.quantize_apply(annotated)
+        return quantization.quantize_apply(annotated, scheme)
+    except (ValueError, RuntimeError, TypeError) as exc:
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:240]
+        raise BackendUnavailableError(
+            f"tfmot cannot add int8 quantization-aware training to this model ({first_line}); "
+            "use quantize mode: ptq, which lets the converter quantize the layers it supports"
+        ) from None

@@ -1,0 +1,151 @@
+"""Tiny tf_keras models for tests, trained inside the tests (no downloaded weights).
+
+Importing this module does not import TensorFlow; the builders do, lazily.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from compressor.context import Context, Data
+from compressor.progress import Progress
+
+
+def tf_keras():
+    from compressor.backends.keras_env import import_tf_keras
+
+    return import_tf_keras()
+
+
+def digits_cnn(seed: int = 0, softmax: bool = False) -> Any:
+    """A small 8x8x1 CNN with a logits (or softmax) head: about 39k parameters."""
+    keras = tf_keras()
+    keras.utils.set_random_seed(seed)
+    layers = keras.layers
+    return keras.Sequential([
+        keras.Input((8, 8, 1)),
+        layers.Conv2D(16, 3, activation="relu"),
+        layers.Conv2D(32, 3, activation="relu"),
+        layers.Flatten(),
+        layers.Dense(64, activation="relu"),
+        layers.Dense(10, activation="softmax" if softmax else None),
+    ], name="digits_cnn")
+
+
+def digits_functional(seed: int = 0) -> Any:
+    """A Functional CNN with BatchNorm and a skip connection (not a plain Sequential)."""
+    keras = tf_keras()
+    keras.utils.set_random_seed(seed)
+    layers = keras.layers
+    inputs = keras.Input((8, 8, 1))
+    x = layers.Conv2D(16, 3, padding="same", use_bias=False)(inputs)
+    x = layers.ReLU()(layers.BatchNormalization()(x))
+    skip = x
+    x = layers.Conv2D(16, 3, padding="same", activation="relu")(x)
+    x = layers.Add()([x, skip])
+    x = layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, layers.Dense(10)(x), name="digits_functional")
+
+
+def train(model: Any, data: Data, epochs: int = 12, lr: float = 3e-3, seed: int = 0) -> Any:
+    keras = tf_keras()
+    keras.utils.set_random_seed(seed)
+    x, y = data.train
+    from_logits = model.layers[-1].get_config().get("activation") != "softmax"
+    model.compile(keras.optimizers.Adam(lr),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=from_logits))
+    model.fit(x, y, epochs=epochs, batch_size=32, verbose=0)
+    return model
+
+
+def accuracy(outputs: np.ndarray, labels: np.ndarray) -> float:
+    return float(np.mean(np.argmax(outputs, axis=-1) == labels))
+
+
+def keras_context(data: Data, workdir: Path, seed: int = 0) -> Context:
+    from compressor.backends.keras_backend import KerasBackend
+
+    return Context(data=data, backend=KerasBackend(), progress=Progress(quiet=True),
+                   workdir=Path(workdir), seed=seed)
+
+
+def run_tflite(path: Path, x: np.ndarray) -> np.ndarray:
+    """Float outputs of a .tflite in LiteRT for float inputs (int8 I/O (de)quantized here)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=str(path))
+    inp, out = interpreter.get_input_details()[0], interpreter.get_output_details()[0]
+    interpreter.resize_tensor_input(inp["index"], x.shape)
+    interpreter.allocate_tensors()
+    feed = x
+    if inp["dtype"] == np.int8:
+        scale, zero = inp["quantization"]
+        feed = np.clip(np.round(x / scale + zero), -128, 127).astype(np.int8)
+    interpreter.set_tensor(inp["index"], feed.astype(inp["dtype"]))
+    interpreter.invoke()
+    result = interpreter.get_tensor(out["index"])
+    if out["dtype"] == np.int8:
+        scale, zero = out["quantization"]
+        result = (result.astype(np.float32) - zero) * scale
+    return result
+
+
+def run_onnx(path: Path, x: np.ndarray) -> np.ndarray:
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(None, {session.get_inputs()[0].name: x})[0]
+
+
+def tflite_kernel_weights(path: Path) -> list[np.ndarray]:
+    """The weight tensors of every conv / depthwise conv / dense op, read back from the file."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    interpreter = Interpreter(model_path=str(path), experimental_op_resolver_type=(
+        OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES))
+    interpreter.allocate_tensors()
+    kernel_ops = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
+    weights = []
+    for op in interpreter._get_ops_details():
+        if op["op_name"] in kernel_ops:
+            weight_index = op["inputs"][1]
+            weights.append(_tflite_constant(interpreter, weight_index))
+    return weights
+
+
+def _tflite_constant(interpreter: Any, index: int) -> np.ndarray:
+    details = {t["index"]: t for t in interpreter.get_tensor_details()}
+    tensor = details[index]
+    if tensor["dtype"] == np.float32 and "dequantize" not in tensor["name"].lower():
+        # fp16 models feed float32 kernels from a DEQUANTIZE op: report the float16 source.
+        for op in interpreter._get_ops_details():
+            if op["op_name"] == "DEQUANTIZE" and index in op["outputs"]:
+                return interpreter.get_tensor(op["inputs"][0])
+    return interpreter.get_tensor(index)
+
+
+def onnx_kernel_weights(path: Path) -> list[np.ndarray]:
+    """Initializers feeding the weight input of Conv / MatMul / Gemm (through DequantizeLinear)."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(path))
+    initializers = {i.name: i for i in model.graph.initializer}
+    producers = {out: node for node in model.graph.node for out in node.output}
+    weights = []
+    for node in model.graph.node:
+        if node.op_type not in ("Conv", "MatMul", "Gemm"):
+            continue
+        name = node.input[1]
+        while name in producers and producers[name].op_type in ("DequantizeLinear", "Cast"):
+            name = producers[name].input[0]
+        if name in initializers:
+            weights.append(numpy_helper.to_array(initializers[name]))
+    return weights
+
+
+def zero_fraction(tensors: list[np.ndarray]) -> float:
+    total = sum(t.size for t in tensors)
+    return float(sum(int(np.count_nonzero(t == 0)) for t in tensors) / total)
