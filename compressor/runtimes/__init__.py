@@ -42,7 +42,7 @@ class ArtifactInfo:
     ops: dict[str, int]                  # op type -> count
     inputs: list[dict]                   # [{"name", "shape", "dtype"}]
     outputs: list[dict]
-    est_peak_memory_bytes: int           # weights + peak live activations + runtime overhead
+    est_peak_memory_bytes: int           # resident weights (with runtime copies) + activations + overhead
     weights: tuple[WeightTensor, ...] = field(default=(), repr=False)
 
 
