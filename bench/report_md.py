@@ -1,0 +1,134 @@
+"""bench/RESULTS.md from the results dict: targets first, then one table per case."""
+from __future__ import annotations
+
+from bench.explain import why_missed
+
+
+def _fmt(value, digits: int = 3) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "**no**"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def _table(header: list[str], rows: list[list]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_fmt(c) for c in row) + " |" for row in rows]
+    return lines + [""]
+
+
+def _dtypes(row: dict) -> str:
+    dtypes = row.get("weight_dtypes") or {}
+    top = ", ".join(f"{k} {v:.0%}" for k, v in list(dtypes.items())[:2])
+    return f"{top}; {row.get('sparsity', 0):.0%} zeros" if dtypes else "—"
+
+
+def targets_section(results: dict) -> list[str]:
+    rows = []
+    for name, t in results.get("targets", {}).items():
+        reason = "" if t["met"] else t.get("why") or why_missed(name, t, results)
+        rows.append([f"`{name}`", t["what"], t["value"], t["goal"], t["met"],
+                     t["note"] + (f". **Why missed:** {reason}" if reason else "")])
+    return ["## Targets", ""] + _table(["target", "what", "value", "goal", "met", "notes"], rows)
+
+
+def size_section(size: dict) -> list[str]:
+    rows = []
+    for r in size.get("rows", []):
+        if r["side"] != "toolkit":
+            continue
+        rows.append([f"{r['net']}/{r['framework']}", r["recipe"], r["format"], r.get("size_bytes"),
+                     r.get("gzip_bytes"), r.get("ratio_fp32"), r.get("gzip_ratio_fp32"),
+                     r.get("ratio_baseline"), r.get("gzip_ratio_baseline"), r.get("accuracy"),
+                     r.get("baseline_accuracy"), _dtypes(r) if "error" not in r else r["error"][:80]])
+    base = [[f"{r['net']}/{r['framework']}", r["recipe"], r["format"], r.get("size_bytes"),
+             r.get("gzip_bytes"), r.get("ratio_fp32"), r.get("gzip_ratio_fp32"), r.get("accuracy"),
+             _dtypes(r) if "error" not in r else r["error"][:80]]
+            for r in size.get("rows", []) if r["side"] == "baseline"]
+    return (["## 1-2. Size and accuracy", "",
+             ("Toolkit artifacts (`compress --recipe R`, both formats). `x fp32` is against the "
+             "same side's fp32 artifact of the same format; `x base` against the hand-written "
+             "baseline's artifact of the same recipe and format (Keras baseline: .tflite, PyTorch "
+             "baseline: .onnx). Accuracy: digits val split (450), each artifact in its runtime "
+             "(LiteRT / onnxruntime), same evaluation code for both sides. Int8 weights' physical "
+             "limit is 0.25x fp32."), ""]
+            + _table(["net", "recipe", "fmt", "raw B", "gzip B", "x fp32 raw", "x fp32 gzip",
+                      "x base raw", "x base gzip", "acc", "base acc", "weights"], rows)
+            + ["Baseline artifacts:", ""]
+            + _table(["net", "recipe", "fmt", "raw B", "gzip B", "x fp32 raw", "x fp32 gzip", "acc",
+                      "weights"], base))
+
+
+def speed_section(speed: dict) -> list[str]:
+    rows = [[s["net"], s["runtime"], s["threads"], s["framework"], s["side"], s["fp32_p50_ms"],
+             s["int8_p50_ms"], s["int8_speedup"], s["int8_vs_baseline_int8"]]
+            for s in speed.get("speedups", [])]
+    return (["## 3. Speed (batch 1, p50 ms)", "",
+             ("conv32: 32x32x3 input, conv 64/128/128, untrained, random inputs, int8 calibrated on "
+             "256 random samples. conv1m: the 1.2M-parameter digits net. `origin` is the framework "
+             "the artifact was made from (Keras .onnx: the toolkit's TFLite->ONNX route; PyTorch "
+             ".tflite: litert-torch). Each (net, runtime, threads) is one fresh process timing all "
+             "its artifacts round-robin; value = median of per-round p50s."), ""]
+            + _table(["net", "runtime", "threads", "origin", "side", "fp32", "int8", "int8 speedup",
+                      "int8 / baseline int8"], rows))
+
+
+def overhead_section(overhead: dict) -> list[str]:
+    rows = [[f"{r['net']}/{r['framework']}", r["format"], r["repeats"], r["toolkit_wall_s"],
+             r["baseline_wall_s"], r["wall_ratio"], r["toolkit_peak_rss_mb"],
+             r["baseline_peak_rss_mb"], r["rss_ratio"]] for r in overhead.get("rows", [])]
+    start = overhead.get("startup", {})
+    return (["## 4. Overhead (whole process, int8_prune30: prune 2 epochs + QAT 2 epochs)", "",
+             ("Toolkit: `compress --recipe int8_prune30 MODEL --data digits --format F` (F = the "
+             "baseline's format), which also evaluates the original model and the artifact and "
+             "writes the report. Baseline: its script with `--evaluate`. Runs alternate A B A B; "
+             "medians."), ""]
+            + _table(["net", "artifact", "runs", "toolkit wall s", "baseline wall s", "ratio",
+                      "toolkit RSS MB", "baseline RSS MB", "RSS ratio"], rows)
+            + [(f"- `compress --help`: {_fmt(start.get('help_wall_s'))} s wall (median of "
+               f"{start.get('repeats')}; a bare `python -c pass` takes "
+               f"{_fmt(start.get('python_startup_wall_s'))} s), peak RSS "
+               f"{_fmt(start.get('help_peak_rss_mb'), 1)} MB"),
+               (f"- `import compressor`: {_fmt(start.get('import_in_process_s'), 4)} s in-process "
+               f"({_fmt(start.get('import_process_wall_s'))} s for the whole `python -c` process)"), ""])
+
+
+def scaling_section(scaling: dict) -> list[str]:
+    rows = [[r["net"], r["params"], r["toolkit_wall_s"], r["toolkit_peak_rss_mb"], r["baseline_wall_s"],
+             r["baseline_peak_rss_mb"], r["wall_ratio"]] for r in scaling.get("rows", [])]
+    g = scaling.get("growth", {})
+    return (["## 5. Scaling (`compress --recipe int8`, PTQ, both formats, validated)", "",
+             ("Untrained Keras conv nets of one family on digits input; baseline = its int8 "
+             "PTQ .tflite script with evaluation."), ""]
+            + _table(["net", "params", "toolkit wall s", "toolkit RSS MB", "baseline wall s",
+                      "baseline RSS MB", "wall ratio"], rows)
+            + [(f"- log-log slope vs parameters, whole cost: wall {_fmt(g.get('toolkit_wall_slope'))}, "
+               f"peak RSS {_fmt(g.get('toolkit_rss_slope'))} (baseline wall "
+               f"{_fmt(g.get('baseline_wall_slope'))})"),
+               (f"- cost above the 0.1M net vs parameters added: wall "
+               f"{_fmt(g.get('toolkit_marginal_wall_slope'))}, peak RSS "
+               f"{_fmt(g.get('toolkit_marginal_rss_slope'))} (1.0 = linear)"), ""])
+
+
+def render(results: dict) -> str:
+    meta = results.get("meta", {})
+    lines = ["# compressor benchmark", "",
+             (f"`make bench` (`python -m bench.run`) on {meta.get('cpus')} CPU(s), "
+             f"{meta.get('started')}; total {_fmt(meta.get('wall_s'), 0)} s; load average at "
+             f"start {meta.get('loadavg_start')}, at end {meta.get('loadavg_end')}. "
+             f"Commit {meta.get('commit')}. Every number is in `bench/results.json`; ratios are "
+             "the point (this machine is shared and noisy)."), ""]
+    lines += targets_section(results)
+    cases = results.get("cases", {})
+    for key, section in (("size", size_section), ("speed", speed_section),
+                         ("overhead", overhead_section), ("scaling", scaling_section)):
+        if key in cases:
+            lines += section(cases[key])
+    errors = [e for case in cases.values() for e in case.get("errors", [])]
+    lines += ["## Errors", ""] + ([f"- {e}" for e in errors] or ["none"]) + [""]
+    return "\n".join(lines)

@@ -1,0 +1,124 @@
+"""`make bench`: the toolkit vs hand-written baselines, as ratios, in one run.
+
+    python -m bench.run                      # everything -> bench/results.json + bench/RESULTS.md
+    python -m bench.run --only size,speed    # a subset -> build/bench/results-size-speed.{json,md}
+    python -m bench.run --quick              # fewer repeats and rounds (development)
+
+Cases: size (+ accuracy), speed, overhead, scaling. Every case is independent: one that
+fails is recorded in the results as an error, and the others still run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench import case_overhead, case_scaling, case_size, case_speed, report_md, targets
+from bench.explain import why_missed
+from bench.measure import REPO, error_line, python_cmd, run_process
+from bench.sides import BUILD, MODELS
+
+CASES = ("size", "speed", "overhead", "scaling")
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def prepare_models(frameworks: list[str]) -> tuple[dict, list[str]]:
+    """Build and save the models (cached in build/bench/models) in one process per framework."""
+    models, errors = {}, []
+    for framework in frameworks:
+        log(f"preparing {framework} models in {MODELS}")
+        proc = run_process(python_cmd("-m", "bench.prepare", framework, MODELS), timeout=1200)
+        try:
+            models[framework] = json.loads(proc.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            errors.append(f"prepare {framework} exited {proc.returncode}: {error_line(proc.stderr_tail)}")
+    return models, errors
+
+
+def run_case(name: str, models: dict, results: dict, args: argparse.Namespace) -> dict:
+    quick = args.quick
+    if name == "size":
+        return case_size.run(models, log, torch_form=args.torch_form)
+    if name == "speed":
+        size_rows = results["cases"].get("size", {}).get("rows", [])
+        return case_speed.run(models, size_rows, log, torch_form=args.torch_form,
+                              rounds=2 if quick else 5, runs_per_round=50 if quick else 100)
+    if name == "overhead":
+        return case_overhead.run(models, log, repeats=1 if quick else 2, torch_form=args.torch_form)
+    return case_scaling.run(models, log)
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", help=f"comma-separated cases: {','.join(CASES)}")
+    parser.add_argument("--quick", action="store_true", help="fewer repeats (development)")
+    parser.add_argument("--torch-form", choices=["pt2", "function"], default="pt2",
+                        help="how compress gets the PyTorch nets: .pt2 file or module:function + --weights")
+    parser.add_argument("--out", type=Path, help="results .json path (RESULTS.md goes beside it)")
+    args = parser.parse_args(argv)
+    cases = args.only.split(",") if args.only else list(CASES)
+    unknown = [c for c in cases if c not in CASES]
+    if unknown:
+        parser.error(f"unknown case(s) {unknown}; choose from {CASES}")
+    full = cases == list(CASES) and not args.quick
+    out = args.out or (REPO / "bench" / "results.json" if full
+                       else BUILD / f"results-{'-'.join(cases)}{'-quick' if args.quick else ''}.json")
+
+    started = time.perf_counter()
+    results = {"meta": {"started": datetime.now(UTC).isoformat(timespec="seconds"),
+                        "cases": cases, "quick": args.quick, "torch_form": args.torch_form,
+                        "cpus": len(os.sched_getaffinity(0)), "python": platform.python_version(),
+                        "machine": platform.machine(), "commit": git_commit(),
+                        "loadavg_start": [round(x, 2) for x in os.getloadavg()]},
+               "cases": {}}
+    frameworks = ["keras"] + (["torch"] if set(cases) & {"size", "speed", "overhead"} else [])
+    models, errors = prepare_models(frameworks)
+    results["models"] = models
+    results["prepare_errors"] = errors
+    for name in cases:
+        case_started = time.perf_counter()
+        try:
+            results["cases"][name] = run_case(name, models, results, args)
+        except Exception as exc:  # noqa: BLE001  a broken case is recorded; the others still run
+            results["cases"][name] = {"errors": [f"case {name} crashed: {type(exc).__name__}: {exc}"],
+                                      "traceback": traceback.format_exc()[-3000:]}
+        results["cases"][name]["wall_s"] = round(time.perf_counter() - case_started, 1)
+        log(f"{name} done in {results['cases'][name]['wall_s']} s "
+            f"({len(results['cases'][name].get('errors', []))} error(s))")
+    results["targets"] = targets.compute(results)
+    for name, target in results["targets"].items():
+        if not target["met"]:
+            target["why"] = why_missed(name, target, results)
+    results["meta"]["wall_s"] = round(time.perf_counter() - started, 1)
+    results["meta"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1, default=str) + "\n")
+    md = out.with_name("RESULTS.md") if full else out.with_suffix(".md")
+    md.write_text(report_md.render(results))
+    met = sum(t["met"] for t in results["targets"].values())
+    log(f"wrote {out} and {md}: {met}/{len(results['targets'])} targets met, "
+        f"{results['meta']['wall_s']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
