@@ -24,12 +24,12 @@ Op = tuple[str, Sequence, Sequence]   # (op_type, input tensor ids, output tenso
 # Memory a runtime needs for one model besides its weights and activations, once the runtime
 # is imported: interpreter / session objects, thread pool, allocator slack and the code pages
 # of the kernels that first run touches. Measured as the peak RSS growth of loading and
-# running a ~1 k-parameter model once, after importing the runtime (x86_64, Python 3.11):
-# LiteRT 2.3 ~9.8 MiB, onnxruntime 1.32 ~14.2 MiB; rounded up, so a budget check errs towards
-# "does not fit". Importing the runtime itself (LiteRT ~13 MiB, onnxruntime ~24 MiB) is not
-# counted: it is paid once per process whatever the model, and the device profiles reserve
-# memory for the runtime's libraries outside `model_share`.
-RUNTIME_OVERHEAD_BYTES = {"tflite": 10 * 2**20, "onnx": 15 * 2**20}
+# running a ~1 k-parameter model once in a process that has already imported the runtime
+# (x86_64, Python 3.11): LiteRT 2.3 ~3.3 MiB, onnxruntime 1.32 ~10.2 MiB; rounded up, so a
+# budget check errs towards "does not fit". Importing the runtime itself (LiteRT ~17 MiB,
+# onnxruntime ~24 MiB) is not counted: it is paid once per process whatever the model, and the
+# device profiles reserve memory for the runtime's libraries outside `model_share`.
+RUNTIME_OVERHEAD_BYTES = {"tflite": 4 * 2**20, "onnx": 11 * 2**20}
 
 
 class _ByteCounter:

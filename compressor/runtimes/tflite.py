@@ -202,8 +202,9 @@ def inspect_tflite(path: Path) -> ArtifactInfo:
     # weights reach those ops through DEQUANTIZE: their float32 copies are the `persistent`
     # tensors, and converting each one goes through a temporary float32 buffer, the largest of
     # which counts once. Measured on float32 / int8 / fp16 MLPs of 4-50 MB (ai-edge-litert 2.3):
-    # estimate vs peak RSS growth +0.3% to +3%; fp16 up to +17% (its temporaries come and go
-    # layer by layer, so the largest one rarely adds to the whole packed set).
+    # estimate - peak RSS growth = +0.8 to +1.0 MiB (the overhead's rounding up), but up to
+    # +19% for fp16 with unequal layers (the temporaries come and go layer by layer, so the
+    # largest one need not coincide with the whole packed set).
     packed = {t for op, ins, _ in ops if op in XNNPACK_PACKED for t in ins if t in weight_bytes}
     temporary = max((activations[t] for t in persistent), default=0)
     size, gzip_size, sha = file_facts(path)
