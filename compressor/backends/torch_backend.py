@@ -1,0 +1,129 @@
+"""The PyTorch backend: nn.Modules and .pt2 programs; torchao PT2E for int8, litert-torch for TFLite.
+
+torch is imported only by the torch_* helper modules, which the methods import when they run,
+so constructing a TorchBackend (and `import compressor`) stays free. Every method works on
+copies: the caller's module and files are never modified.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from compressor.backends.base import ModelInfo
+from compressor.backends.torch_env import require
+from compressor.errors import BackendUnavailableError, ModelLoadError, RecipeError
+
+if TYPE_CHECKING:
+    from compressor.context import Context, ModelState
+    from compressor.passes.distill import DistillConfig
+    from compressor.passes.precision import PrecisionConfig
+    from compressor.passes.prune import PruneConfig
+    from compressor.passes.quantize import QuantizeConfig
+
+ONNX_EXAMPLE_ROWS = 2   # the dynamo exporter keeps a batch of 2+ dynamic (1 is specialized)
+
+
+class TorchBackend:
+    name = "torch"
+    image_layout = "NCHW"
+
+    def __init__(self) -> None:
+        require("torch", "torch==2.13.0", "the PyTorch backend")
+
+    def load(self, source: Any, *, weights: str | None = None, trust_pickle: bool = False) -> Any:
+        from compressor.backends.torch_load import load_torch_model
+
+        return load_torch_model(source, weights=weights, trust_pickle=trust_pickle)
+
+    def save(self, model: Any, path: Path) -> Path:
+        """The weights as a state_dict `.pt` (reload with the same module:function + --weights)."""
+        from compressor.backends.torch_load import save_state_dict
+
+        return save_state_dict(model, Path(path))
+
+    def clone(self, model: Any) -> Any:
+        from compressor.backends.torch_load import clone_module
+
+        return clone_module(model)
+
+    def describe(self, model: Any, example: np.ndarray | None = None) -> ModelInfo:
+        from compressor.backends.torch_infer import describe
+
+        return describe(model, example)
+
+    def predict(self, model: Any, x: np.ndarray, batch_size: int = 256) -> np.ndarray:
+        from compressor.backends.torch_infer import predict
+
+        return predict(model, x, batch_size)
+
+    def prune(self, state: ModelState, config: PruneConfig, ctx: Context) -> ModelState:
+        from compressor.backends.torch_prune import pruned_model
+
+        _refuse_after_quantize(state, "prune")
+        return state.replace(model=pruned_model(state.model, config, ctx), sparsity=config.sparsity)
+
+    def quantize_qat(self, state: ModelState, config: QuantizeConfig, ctx: Context) -> ModelState:
+        from compressor.backends.torch_quant import qat_model
+
+        _check_quantize(state, config)
+        preserve = config.preserve_sparsity and state.sparsity > 0
+        return state.replace(model=qat_model(state.model, config, preserve, ctx), quantize=config)
+
+    def quantize_ptq(self, state: ModelState, config: QuantizeConfig, ctx: Context) -> ModelState:
+        from compressor.backends.torch_quant import ptq_model
+
+        _check_quantize(state, config)
+        return state.replace(model=ptq_model(state.model, config, ctx), quantize=config)
+
+    def distill(self, state: ModelState, config: DistillConfig, ctx: Context) -> ModelState:
+        raise BackendUnavailableError("distillation is not implemented for torch yet; remove the "
+                                      "distill step (e.g. use int8_prune30 instead of "
+                                      "int8_prune30_kd)")
+
+    def to_precision(self, state: ModelState, config: PrecisionConfig, ctx: Context) -> ModelState:
+        if config.dtype == "bfloat16":
+            raise BackendUnavailableError("TFLite cannot store bfloat16 weights and LiteRT / "
+                                          "onnxruntime CPUs do not run them; use dtype: float16")
+        if state.quantize is not None:
+            raise RecipeError("a precision step after an int8 quantize step has nothing left to "
+                              "convert: an artifact is either int8 or float16; remove one of "
+                              "the steps")
+        # The model stays float32; the exporters store float16 weights behind float32 I/O.
+        return state.replace(precision=config)
+
+    def export(self, state: ModelState, fmt: str, path: Path, ctx: Context) -> Path:
+        from compressor.backends.torch_infer import example_input
+        from compressor.export import FORMATS
+
+        if state.model is None:
+            raise ModelLoadError("there is no model to export; load one first")
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if fmt == "onnx":
+            from compressor.export.torch_onnx import onnx_from_torch
+
+            return onnx_from_torch(state, path, ctx, example_input(ctx, ONNX_EXAMPLE_ROWS))
+        if fmt == "tflite":
+            from compressor.export.torch_tflite import tflite_from_torch
+
+            return tflite_from_torch(state, path, ctx, example_input(ctx, 1))
+        raise BackendUnavailableError(f"cannot export to {fmt!r}; the formats are "
+                                      f"{', '.join(FORMATS)}")
+
+
+def _check_quantize(state: ModelState, config: QuantizeConfig) -> None:
+    if config.fallback == "auto":
+        raise BackendUnavailableError("quantize fallback: auto is not implemented for torch yet; "
+                                      "set fallback: none")
+    if state.precision is not None:
+        raise RecipeError("int8 quantize after a float16 precision step: an artifact is either "
+                          "int8 or float16; remove one of the steps")
+    _refuse_after_quantize(state, "quantize")
+
+
+def _refuse_after_quantize(state: ModelState, step: str) -> None:
+    if state.quantize is not None:
+        raise RecipeError(f"a {step} step after an int8 quantize step would undo or repeat it; "
+                          "put quantize last in the recipe's steps")

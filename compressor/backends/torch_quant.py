@@ -1,0 +1,115 @@
+"""int8 with torchao PT2E: QAT (prepare_qat_pt2e + fine-tuning) or PTQ (prepare_pt2e + calibration).
+
+The state keeps the *prepared* graph, whose fake-quant modules / observers hold the learned
+or calibrated ranges. `converted` turns a copy of it into the int8 q/dq graph each consumer
+needs: predictions and ONNX fold the weights into int8 constants, litert-torch wants them
+unfolded. Converting is cheap and deterministic, so nothing is cached.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from compressor.backends.torch_env import import_pt2e, xnnpack_quantizer
+from compressor.backends.torch_load import clone_module
+from compressor.backends.torch_prune import apply_masks, kernel_parameters, zero_masks
+from compressor.backends.torch_train import (as_tensor, fine_tune, graph_has_op, is_exported,
+                                             set_mode, training_inputs)
+from compressor.errors import BackendUnavailableError
+
+if TYPE_CHECKING:
+    from compressor.context import Context
+    from compressor.passes.quantize import QuantizeConfig
+
+EXAMPLE_ROWS = 2          # torch.export specializes a batch of 1; 2 keeps the batch dynamic
+CALIBRATION_BATCH = 32
+
+
+def qat_model(model: torch.nn.Module, config: QuantizeConfig, preserve_sparsity: bool,
+              ctx: Context) -> torch.fx.GraphModule:
+    """A prepared (fake-quant) copy of `model`, fine-tuned for `config.epochs`."""
+    description = "int8 quantization-aware training"
+    x, _ = training_inputs(ctx, description)
+    exported = exported_for_quantization(clone_module(model), as_tensor(x[:EXAMPLE_ROWS]),
+                                         training=True)
+    quantizer = xnnpack_quantizer(is_qat=True,
+                                  conv_bn_patterns=graph_has_op(exported, "batch_norm"))
+    prepared = import_pt2e().prepare_qat_pt2e(exported, quantizer)
+    if config.epochs == 0:   # no fine-tuning: the fake-quant ranges still need to see data
+        calibrate(prepared, calibration_samples(ctx, config.calibration_samples), ctx)
+        return prepared
+    kernels = kernel_parameters(prepared)
+    # Pruned weights are exactly zero; re-zeroing them after each step keeps the sparsity,
+    # and symmetric int8 weights then store them as exact zeros too.
+    masks = zero_masks(kernels) if preserve_sparsity else {}
+    fine_tune(prepared, config, ctx, description,
+              after_step=lambda step: apply_masks(kernels, masks))
+    return prepared
+
+
+def ptq_model(model: torch.nn.Module, config: QuantizeConfig, ctx: Context) -> torch.fx.GraphModule:
+    """A prepared copy of `model` whose observers saw `config.calibration_samples` inputs."""
+    samples = calibration_samples(ctx, config.calibration_samples)
+    exported = exported_for_quantization(clone_module(model), as_tensor(samples[:EXAMPLE_ROWS]),
+                                         training=False)
+    prepared = import_pt2e().prepare_pt2e(exported, xnnpack_quantizer(is_qat=False))
+    calibrate(prepared, samples, ctx)
+    return prepared
+
+
+def converted(prepared: torch.fx.GraphModule, fold_quantize: bool = True) -> torch.fx.GraphModule:
+    """The int8 q/dq graph of a copy of `prepared` (which stays as it is)."""
+    pt2e = import_pt2e()
+    set_mode(prepared, training=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # torchao's deprecation notes, not the user's concern
+        result = pt2e.convert_pt2e(clone_module(prepared), fold_quantize=fold_quantize)
+    # Converted graphs refuse .eval(); the flags still say "training" to converters that check.
+    for module in result.modules():
+        module.training = False
+    return result
+
+
+def is_prepared(model: torch.nn.Module) -> bool:
+    """True for a PT2E graph with observers / fake-quant modules (the output of this module)."""
+    if not is_exported(model):
+        return False
+    import_pt2e()
+    from torchao.quantization.pt2e import FakeQuantizeBase, ObserverBase
+
+    return any(isinstance(m, (ObserverBase, FakeQuantizeBase)) for m in model.modules())
+
+
+def exported_for_quantization(model: torch.nn.Module, example: torch.Tensor,
+                              training: bool) -> torch.fx.GraphModule:
+    # QAT traces train-mode BatchNorm / dropout, so prepare_qat_pt2e can fold BN into conv.
+    set_mode(model, training)
+    try:
+        program = torch.export.export(
+            model, (example,), dynamic_shapes=({0: torch.export.Dim.DYNAMIC},))
+    except (RuntimeError, TypeError, ValueError) as exc:
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:240]
+        raise BackendUnavailableError(
+            f"torch.export cannot capture {type(model).__name__} for int8 quantization "
+            f"({first_line}); make forward() traceable (no data-dependent Python control flow) "
+            "with a dynamic batch dimension, or use a float16 precision step instead") from None
+    return program.module()
+
+
+def calibration_samples(ctx: Context, count: int) -> np.ndarray:
+    x, _ = training_inputs(ctx, "int8 calibration")
+    # A seeded random subset: training splits are often ordered by class.
+    chosen = np.random.default_rng(ctx.seed).permutation(len(x))[:count]
+    return x[np.sort(chosen)]
+
+
+def calibrate(prepared: torch.fx.GraphModule, samples: np.ndarray, ctx: Context) -> None:
+    set_mode(prepared, training=False)
+    inputs = as_tensor(samples)
+    with ctx.progress.task("calibrating int8", len(inputs)) as advance, torch.no_grad():
+        for batch in inputs.split(CALIBRATION_BATCH):
+            prepared(batch)
+            advance(len(batch))

@@ -1,0 +1,79 @@
+"""PyTorch model state -> .onnx with torch.onnx's dynamo exporter (dynamic batch dimension).
+
+- float32: the model as it is.
+- float16: the float32 graph through the shared onnxconverter-common helper (float32 I/O).
+- int8: the PT2E graph converted with folded weights, so conv / linear weights are int8
+  initializers behind DequantizeLinear (a QDQ model onnxruntime runs with int8 kernels).
+  A PT2E-converted model exports only with dynamo=True.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from compressor.backends.torch_env import import_onnx
+from compressor.backends.torch_quant import converted
+from compressor.backends.torch_train import as_tensor, set_mode
+from compressor.errors import BackendUnavailableError
+from compressor.export.onnx import _float16_onnx, _require_int8_kernels
+from compressor.export.quiet import captured_native_output, log_tail
+
+if TYPE_CHECKING:
+    from compressor.context import Context, ModelState
+
+INPUT_NAME, OUTPUT_NAME = "input", "output"
+EXPORT_ERRORS = (RuntimeError, TypeError, ValueError, NotImplementedError, KeyError,
+                 AttributeError)
+
+
+def onnx_from_torch(state: ModelState, path: Path, ctx: Context, example: np.ndarray) -> Path:
+    onnx = import_onnx()
+    log = Path(ctx.workdir) / "logs" / "onnx-export.log"
+    if state.quantize is not None:
+        module, kind = converted(state.model, fold_quantize=True), "int8"
+    else:
+        module, kind = state.model, "float32"
+        set_mode(module, training=False)
+    proto = _exported_proto(module, example, log, kind)
+    _strip_debug_metadata(proto)
+    if state.quantize is not None:
+        _require_int8_kernels(proto)
+    elif state.precision is not None:
+        proto = _float16_onnx(proto, state.precision)
+    try:
+        onnx.checker.check_model(proto)
+    except onnx.checker.ValidationError as exc:
+        raise BackendUnavailableError(f"the exported ONNX model is invalid ({_first_line(exc)}); "
+                                      f"see {log}, or export tflite only") from None
+    onnx.save(proto, str(path))
+    return path
+
+
+def _exported_proto(module: torch.nn.Module, example: np.ndarray, log: Path, kind: str) -> Any:
+    try:
+        with captured_native_output(log, f"ONNX {kind}"):
+            program = torch.onnx.export(
+                module, (as_tensor(example),), dynamo=True, verbose=False,
+                input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+                dynamic_shapes=({0: torch.export.Dim.DYNAMIC},))
+    except EXPORT_ERRORS as exc:
+        raise BackendUnavailableError(
+            f"ONNX {kind} export failed: {_first_line(exc)}\n{log_tail(log)}\n(full log: {log}); "
+            "an op torch.export or the ONNX exporter does not support is the usual cause: "
+            "replace it, or export tflite only") from None
+    return program.model_proto
+
+
+def _strip_debug_metadata(proto: Any) -> None:
+    """The exporter stores a stack trace and module path on every node (~40% of a small file)."""
+    for node in proto.graph.node:
+        del node.metadata_props[:]
+        node.doc_string = ""
+    proto.graph.doc_string = ""
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:240]

@@ -1,0 +1,86 @@
+"""Tiny PyTorch models for tests, trained inside the tests (no downloaded weights).
+
+`torch_models:digits_cnn` is also a valid `module:function` model reference when the tests
+folder is on sys.path (pytest puts it there).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from compressor.context import Context, Data
+from compressor.progress import Progress
+
+
+class DigitsCNN(nn.Module):
+    """A small CNN for (N, 1, 8, 8) digits with a logits head: about 39k parameters."""
+
+    def __init__(self, filters: tuple[int, int] = (16, 32), dense: int = 64):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(1, filters[0], 3, padding=1), nn.ReLU(),
+            nn.Conv2d(filters[0], filters[1], 3, padding=1), nn.ReLU(),
+            nn.MaxPool2d(2))
+        self.head = nn.Sequential(nn.Flatten(), nn.Linear(filters[1] * 16, dense), nn.ReLU(),
+                                  nn.Linear(dense, 10))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
+
+
+class DigitsResidual(nn.Module):
+    """Conv + BatchNorm with a skip connection and global pooling: not a plain Sequential."""
+
+    def __init__(self, channels: int = 16):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(1, channels, 3, padding=1, bias=False),
+                                  nn.BatchNorm2d(channels), nn.ReLU())
+        self.block = nn.Sequential(nn.Conv2d(channels, channels, 3, padding=1), nn.ReLU())
+        self.head = nn.Linear(channels, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        x = x + self.block(x)
+        return self.head(x.mean(dim=(2, 3)))
+
+
+def digits_cnn(seed: int = 0) -> DigitsCNN:
+    torch.manual_seed(seed)
+    return DigitsCNN()
+
+
+def digits_residual(seed: int = 0) -> DigitsResidual:
+    torch.manual_seed(seed)
+    return DigitsResidual()
+
+
+def train(model: nn.Module, data: Data, epochs: int = 8, lr: float = 3e-3,
+          seed: int = 0) -> nn.Module:
+    """Plain Adam + cross-entropy training, in place; returns the model in eval mode."""
+    torch.manual_seed(seed)
+    x, y = (torch.from_numpy(np.asarray(a)) for a in data.train)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    generator = torch.Generator().manual_seed(seed)
+    model.train()
+    for _ in range(epochs):
+        order = torch.randperm(len(x), generator=generator)
+        for start in range(0, len(x), 32):
+            batch = order[start:start + 32]
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(x[batch]), y[batch]).backward()
+            optimizer.step()
+    return model.eval()
+
+
+def accuracy(outputs: np.ndarray, labels: np.ndarray) -> float:
+    return float(np.mean(np.argmax(outputs, axis=-1) == labels))
+
+
+def torch_context(data: Data, workdir: Path, seed: int = 0) -> Context:
+    from compressor.backends.torch_backend import TorchBackend
+
+    return Context(data=data, backend=TorchBackend(), progress=Progress(quiet=True),
+                   workdir=Path(workdir), seed=seed)
