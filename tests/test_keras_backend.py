@@ -28,6 +28,7 @@ from compressor.passes.prune import PruneConfig
 from compressor.passes.quantize import QuantizeConfig
 
 slow = pytest.mark.slow
+pytestmark = pytest.mark.filterwarnings("ignore:You are saving your model as an HDF5 file")
 
 
 @pytest.fixture(scope="module")
@@ -75,12 +76,16 @@ def fp32(backend, float_model, ctx, workdir):
 
 
 @pytest.fixture(scope="module")
-def int8_prune30(backend, float_model, ctx, workdir):
+def int8_prune30_state(backend, float_model, ctx) -> ModelState:
     state = ModelState(model=backend.load(float_model))
     state = backend.prune(state, PruneConfig(sparsity=0.30, schedule="polynomial", epochs=2), ctx)
-    state = backend.quantize_qat(state, QuantizeConfig(mode="qat", epochs=2,
-                                                       preserve_sparsity=True), ctx)
-    return _export_both(backend, state, ctx, workdir / "int8_prune30")
+    return backend.quantize_qat(state, QuantizeConfig(mode="qat", epochs=2,
+                                                      preserve_sparsity=True), ctx)
+
+
+@pytest.fixture(scope="module")
+def int8_prune30(backend, int8_prune30_state, ctx, workdir):
+    return _export_both(backend, int8_prune30_state, ctx, workdir / "int8_prune30")
 
 
 @pytest.fixture(scope="module")
@@ -181,19 +186,51 @@ def test_pruning_a_loaded_model_leaves_the_callers_model_alone(backend, float_mo
     assert km.zero_fraction([float_model.layers[0].kernel.numpy()]) == 0.0
 
 
+def _file_states(path: Path) -> dict[str, tuple[bytes, int]]:
+    files = sorted(path.rglob("*")) if path.is_dir() else [path]
+    return {str(f): (f.read_bytes(), f.stat().st_mtime_ns) for f in files if f.is_file()}
+
+
 @slow
-@pytest.mark.parametrize("suffix", [".keras", ".h5"])
+@pytest.mark.parametrize("name", ["model.keras", "model.h5", "saved_model_dir"])
 def test_loading_and_pruning_leave_the_file_untouched(backend, float_model, data, tmp_path,
-                                                      suffix):
-    path = tmp_path / f"model{suffix}"
+                                                      name):
+    path = tmp_path / name
     float_model.save(path)
-    content, mtime = path.read_bytes(), path.stat().st_mtime_ns
+    before = _file_states(path)
     loaded = backend.load(path)
     np.testing.assert_allclose(backend.predict(loaded, data.val[0][:32]),
                                backend.predict(float_model, data.val[0][:32]), atol=1e-6)
     backend.prune(ModelState(model=loaded), PruneConfig(sparsity=0.5, epochs=0),
                   km.keras_context(data, tmp_path / "work"))
-    assert path.read_bytes() == content and path.stat().st_mtime_ns == mtime
+    assert _file_states(path) == before
+
+
+@slow
+def test_a_qat_model_saves_and_loads_back(backend, int8_prune30_state, data, tmp_path):
+    path = backend.save(int8_prune30_state.model, tmp_path / "qat.keras")
+    assert path.suffix == ".h5"   # tf_keras cannot reload QAT wrappers from .keras
+    np.testing.assert_allclose(backend.predict(backend.load(path), data.val[0][:32]),
+                               backend.predict(int8_prune30_state.model, data.val[0][:32]),
+                               atol=1e-6)
+
+
+@slow
+def test_subclassed_models_are_refused(backend):
+    keras = km.tf_keras()
+
+    class Subclassed(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(3)
+
+        def call(self, inputs):
+            return self.dense(inputs)
+
+    model = Subclassed()
+    model(np.zeros((1, 4), np.float32))
+    with pytest.raises(ModelLoadError, match="Functional or Sequential"):
+        backend.load(model)
 
 
 @slow
@@ -273,7 +310,7 @@ def test_softmax_heads_are_detected():
 
 @slow
 def test_pruning_is_deterministic_under_the_seed(backend, float_model, data, tmp_path):
-    small = Data(train=(data.train[0][:256], data.train[1][:256]), val=data.val)
+    small = Data(train=(data.train[0][:128], data.train[1][:128]), val=data.val)
     config = PruneConfig(sparsity=0.3, schedule="constant", epochs=1)
     runs = [backend.prune(ModelState(model=backend.load(float_model)), config,
                           km.keras_context(small, tmp_path / str(i), seed=7)).model
@@ -297,6 +334,19 @@ def test_int8_prune30_is_small_sparse_and_int8(int8_prune30, fp32):
         kernels = _kernels(path)
         assert {k.dtype.name for k in kernels} == {"int8"}, path.name
         assert km.zero_fraction(kernels) >= 0.28, path.name
+
+
+@slow
+def test_qat_with_int8_io(backend, int8_prune30_state, ctx, tmp_path, float_accuracy, data):
+    state = int8_prune30_state.replace(
+        quantize=int8_prune30_state.quantize.model_copy(update={"io_dtype": "int8"}))
+    path = backend.export(state, "tflite", tmp_path / "io8.tflite", ctx)
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=str(path))
+    assert interpreter.get_input_details()[0]["dtype"] == np.int8
+    assert interpreter.get_output_details()[0]["dtype"] == np.int8
+    assert float_accuracy - _accuracy(path, data) <= 0.01
 
 
 @slow
@@ -386,8 +436,9 @@ def test_export_does_not_change_the_model(backend, float_model, data, tmp_path):
 
 @slow
 def test_functional_model_with_batchnorm_and_skip_quantizes(backend, data, tmp_path):
-    model = km.train(km.digits_functional(), data, epochs=3)
-    ctx = km.keras_context(data, tmp_path)
+    small = Data(train=(data.train[0][:512], data.train[1][:512]), val=data.val)
+    model = km.train(km.digits_functional(), small, epochs=2)
+    ctx = km.keras_context(small, tmp_path)
     state = backend.quantize_qat(ModelState(model=model),
                                  QuantizeConfig(mode="qat", epochs=1), ctx)
     artifacts = _export_both(backend, state, ctx, tmp_path / "out")

@@ -5,6 +5,7 @@ Every method works on copies: the caller's model and file are never modified.
 """
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,11 +34,18 @@ class KerasBackend:
         return load_keras_model(source, weights=weights, trust_pickle=trust_pickle)
 
     def save(self, model: Any, path: Path) -> Path:
+        """Save as .keras (or .h5 if asked); returns the path actually written."""
+        from compressor.backends.keras_load import has_tfmot_layers
+
         path = Path(path)
-        if path.suffix not in (".keras", ".h5"):
-            path = path.with_suffix(".keras")
+        if path.suffix not in (".keras", ".h5") or has_tfmot_layers(model):
+            # tf_keras cannot reload QAT wrappers from .keras (variable count mismatch); .h5 works.
+            path = path.with_suffix(".h5" if has_tfmot_layers(model) else ".keras")
         path.parent.mkdir(parents=True, exist_ok=True)
-        model.save(str(path))
+        options = {"include_optimizer": False} if path.suffix == ".h5" else {}
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*HDF5 file.*legacy", category=UserWarning)
+            model.save(str(path), **options)
         return path
 
     def clone(self, model: Any) -> Any:
@@ -55,9 +63,18 @@ class KerasBackend:
                          size_bytes=params * FLOAT32_BYTES)
 
     def predict(self, model: Any, x: np.ndarray, batch_size: int = 256) -> np.ndarray:
-        """The first output for `x`, in inference mode (dropout off, BatchNorm frozen)."""
-        outputs = model.predict(np.asarray(x), batch_size=batch_size, verbose=0)
-        return np.asarray(outputs[0] if isinstance(outputs, (list, tuple)) else outputs)
+        """The first output for `x`, in inference mode (dropout off, BatchNorm frozen).
+
+        Eager calls, not model.predict: predict traces a new tf.function per model, and a
+        sweep over many models triggers TensorFlow's retracing warnings.
+        """
+        x = np.asarray(x)
+        batches = []
+        for start in range(0, len(x), batch_size):
+            outputs = model(x[start:start + batch_size], training=False)
+            batches.append(np.asarray(outputs[0] if isinstance(outputs, (list, tuple))
+                                      else outputs))
+        return np.concatenate(batches)
 
     def prune(self, state: ModelState, config: PruneConfig, ctx: Context) -> ModelState:
         from compressor.backends.keras_optimize import pruned_model

@@ -6,6 +6,7 @@ prune the caller's model too). Every failure is a one-line ModelLoadError.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import zipfile
 from pathlib import Path
@@ -24,6 +25,7 @@ LOAD_ERRORS = (OSError, ValueError, TypeError, KeyError, IndexError, ImportError
                AttributeError, zipfile.BadZipFile)
 LAMBDA_MARKERS = (b'"class_name": "Lambda"', b'"class_name":"Lambda"')
 TFMOT_LAYER_MODULE = "tensorflow_model_optimization"
+TFMOT_MARKERS = (b"QuantizeWrapper", b"QuantizeLayer", b"QuantizeAnnotate", b"PruneLowMagnitude")
 
 
 def load_keras_model(source: Any, weights: str | None = None, trust_pickle: bool = False) -> Any:
@@ -46,6 +48,9 @@ def load_keras_model(source: Any, weights: str | None = None, trust_pickle: bool
 def clone_keras_model(model: Any) -> Any:
     """A copy with its own layers and equal weights (pruning / QAT wrappers included)."""
     tf_keras = import_tf_keras()
+    if not (isinstance(model, tf_keras.Sequential) or getattr(model, "_is_graph_network", False)):
+        raise ModelLoadError(f"{type(model).__name__} is a subclassed model, which tfmot cannot "
+                             "prune or quantize; build it as a Functional or Sequential model")
     try:
         with _tfmot_scope(model):
             copy = tf_keras.models.clone_model(model)
@@ -57,12 +62,17 @@ def clone_keras_model(model: Any) -> Any:
     return copy
 
 
+def has_tfmot_layers(model: Any) -> bool:
+    """True for a model holding tfmot wrappers (QAT or pruning), e.g. after quantize_qat."""
+    return any(type(layer).__module__.startswith(TFMOT_LAYER_MODULE) for layer in model.layers)
+
+
 def _tfmot_scope(model: Any):
     """Wrapped layers (QAT, pruning) deserialize only inside tfmot's custom-object scope."""
-    import contextlib
+    return _tfmot_custom_objects() if has_tfmot_layers(model) else contextlib.nullcontext()
 
-    if not any(type(layer).__module__.startswith(TFMOT_LAYER_MODULE) for layer in model.layers):
-        return contextlib.nullcontext()
+
+def _tfmot_custom_objects():
     tfmot = import_tfmot()
     scope = contextlib.ExitStack()
     scope.enter_context(tfmot.quantization.keras.quantize_scope())
@@ -71,22 +81,36 @@ def _tfmot_scope(model: Any):
 
 
 def _load_file(path: Path, trust_pickle: bool) -> Any:
+    config, keras_version = _stored_config(path)
+    if not trust_pickle and any(marker in config for marker in LAMBDA_MARKERS):
+        raise _lambda_refused(path)   # checked here: legacy .h5 loading would run it unasked
+    try:
+        return _tf_keras_load(path, trust_pickle,
+                              tfmot_layers=any(marker in config for marker in TFMOT_MARKERS))
+    except ModelLoadError:
+        if not keras_version.startswith("3."):
+            raise
+    # A file only Keras 3 can read: load it with Keras 3, then rebuild it in tf_keras.
+    from compressor.backends.keras_rebuild import rebuild_in_tf_keras
+
+    return rebuild_in_tf_keras(_keras3_load(path, trust_pickle), source=str(path))
+
+
+def _stored_config(path: Path) -> tuple[bytes, str]:
+    """(model config as stored, Keras version that wrote it), or why the file is unusable."""
     if not path.exists():
         raise ModelLoadError(f"model {path} does not exist; check the path")
     if path.is_dir():
-        return _load_saved_model(path, trust_pickle)
+        return _saved_model_config(path), ""
     if path.suffix == ".keras":
-        if not zipfile.is_zipfile(path):
-            raise ModelLoadError(f"{path} is not a valid .keras archive (truncated or corrupt?); "
-                                 "save the model again with model.save('model.keras')")
-        return _load_with_fallback(path, _keras_archive_version(path), trust_pickle)
+        return _keras_archive_config(path)
     if path.suffix in (".h5", ".hdf5"):
-        return _load_with_fallback(path, _h5_version(path, trust_pickle), trust_pickle)
+        return _h5_config(path)
     raise ModelLoadError(f"{path}: unsupported Keras model format {path.suffix or '(none)'}; "
                          "use .keras, .h5 or a SavedModel folder")
 
 
-def _load_saved_model(path: Path, trust_pickle: bool) -> Any:
+def _saved_model_config(path: Path) -> bytes:
     if not (path / "saved_model.pb").is_file():
         raise ModelLoadError(f"{path} is a folder but not a SavedModel (no saved_model.pb); "
                              "pass the model file or the SavedModel folder itself")
@@ -94,28 +118,45 @@ def _load_saved_model(path: Path, trust_pickle: bool) -> Any:
     if not metadata.is_file():
         raise ModelLoadError(f"{path} is a TensorFlow SavedModel without Keras metadata; "
                              "compressor needs the Keras model: save it with model.save('model.keras')")
-    if not trust_pickle and any(m in metadata.read_bytes() for m in LAMBDA_MARKERS):
-        raise _lambda_refused(path)
-    return _tf_keras_load(path, trust_pickle)
+    return metadata.read_bytes()
 
 
-def _load_with_fallback(path: Path, keras_version: str, trust_pickle: bool) -> Any:
-    """tf_keras first; a file only Keras 3 can read is loaded by Keras 3 and rebuilt."""
+def _keras_archive_config(path: Path) -> tuple[bytes, str]:
     try:
-        return _tf_keras_load(path, trust_pickle)
-    except ModelLoadError:
-        if not keras_version.startswith("3."):
-            raise
-    from compressor.backends.keras_rebuild import rebuild_in_tf_keras
+        with zipfile.ZipFile(path) as archive:
+            config = archive.read("config.json")
+            metadata = json.loads(archive.read("metadata.json"))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        raise ModelLoadError(f"{path} is not a valid .keras archive (truncated or corrupt?); "
+                             "save the model again with model.save('model.keras')") from None
+    return config, str(metadata.get("keras_version", ""))
 
-    return rebuild_in_tf_keras(_keras3_load(path, trust_pickle), source=str(path))
+
+def _h5_config(path: Path) -> tuple[bytes, str]:
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as h5:
+            config = h5.attrs.get("model_config", "")
+            version = h5.attrs.get("keras_version", "")
+    except OSError:
+        raise ModelLoadError(f"{path} is not a readable HDF5 file (truncated or corrupt?); save "
+                             "the model again with model.save('model.keras')") from None
+    config = config.encode() if isinstance(config, str) else bytes(config)
+    if not config:
+        raise ModelLoadError(f"{path} holds weights only, no model architecture; pass the model "
+                             "file and give this file with --weights")
+    return config, version.decode() if isinstance(version, bytes) else str(version)
 
 
-def _tf_keras_load(path: Path, trust_pickle: bool) -> Any:
+def _tf_keras_load(path: Path, trust_pickle: bool, tfmot_layers: bool) -> Any:
     tf_keras = import_tf_keras()
     kwargs = {} if path.suffix in (".h5", ".hdf5") else {"safe_mode": not trust_pickle}
+    # A model saved mid-compression (QAT / pruning wrappers) needs tfmot's layer classes.
+    scope = _tfmot_custom_objects() if tfmot_layers else contextlib.nullcontext()
     try:
-        return tf_keras.models.load_model(str(path), compile=False, **kwargs)
+        with scope:
+            return tf_keras.models.load_model(str(path), compile=False, **kwargs)
     except LOAD_ERRORS as exc:
         raise _load_failed(path, exc, "tf_keras") from None
 
@@ -147,33 +188,6 @@ def _lambda_refused(path: Path) -> ModelLoadError:
     return ModelLoadError(f"{path} contains a Lambda layer; loading it runs Python code stored in "
                           "the file. Pass --trust-pickle if you trust it, or replace the Lambda "
                           "with a built-in layer")
-
-
-def _keras_archive_version(path: Path) -> str:
-    try:
-        with zipfile.ZipFile(path) as archive:
-            return str(json.loads(archive.read("metadata.json")).get("keras_version", ""))
-    except (KeyError, ValueError, OSError, zipfile.BadZipFile):
-        return ""  # no readable metadata: let the loader report what is wrong
-
-
-def _h5_version(path: Path, trust_pickle: bool) -> str:
-    import h5py
-
-    try:
-        with h5py.File(path, "r") as h5:
-            config = h5.attrs.get("model_config", "")
-            version = h5.attrs.get("keras_version", "")
-    except OSError:
-        raise ModelLoadError(f"{path} is not a readable HDF5 file (truncated or corrupt?); save "
-                             "the model again with model.save('model.keras')") from None
-    config = config.encode() if isinstance(config, str) else bytes(config)
-    if not config:
-        raise ModelLoadError(f"{path} holds weights only, no model architecture; pass the model "
-                             "file and give this file with --weights")
-    if not trust_pickle and any(m in config for m in LAMBDA_MARKERS):
-        raise _lambda_refused(path)  # legacy .h5 loading would run the Lambda's code unasked
-    return version.decode() if isinstance(version, bytes) else str(version)
 
 
 def _load_weights(model: Any, path: Path) -> None:

@@ -20,24 +20,23 @@ MASK_UPDATES = 10   # how many times the pruning mask is recomputed while sparsi
 
 def pruned_model(model: Any, config: PruneConfig, ctx: Context) -> Any:
     """A copy of `model` whose prunable kernels are `config.sparsity` zeros, fine-tuned."""
-    working = clone_keras_model(model)
     if config.epochs == 0:
-        return _one_shot_pruned(working, config.sparsity)
+        return _one_shot_pruned(clone_keras_model(model), config.sparsity)
     tfmot = import_tfmot()
     description = f"pruning to {config.sparsity:.0%}"
     schedule = _pruning_schedule(tfmot, config, steps_per_epoch(ctx, config, description))
-    trained = fine_tune(lambda: _with_pruning_wrappers(working, schedule, tfmot), model, config,
-                        ctx, description, callbacks=[tfmot.sparsity.keras.UpdatePruningStep()])
+    # The copy is made inside the build function, so a strategy scope covers its variables.
+    trained = fine_tune(lambda: _with_pruning_wrappers(clone_keras_model(model), schedule, tfmot),
+                        model, config, ctx, description,
+                        callbacks=[tfmot.sparsity.keras.UpdatePruningStep()])
     return tfmot.sparsity.keras.strip_pruning(trained)
 
 
 def quantization_aware_model(model: Any, config: QuantizeConfig, preserve_sparsity: bool,
                              ctx: Context) -> Any:
     """A QAT copy of `model` (fake-quant int8), fine-tuned for `config.epochs`."""
-    working = clone_keras_model(model)
-    description = "int8 quantization-aware training"
-    return fine_tune(lambda: _with_fake_quant(working, preserve_sparsity), model, config, ctx,
-                     description)
+    return fine_tune(lambda: _with_fake_quant(clone_keras_model(model), preserve_sparsity),
+                     model, config, ctx, "int8 quantization-aware training")
 
 
 def _pruning_schedule(tfmot: Any, config: PruneConfig, steps: int) -> Any:

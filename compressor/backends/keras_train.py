@@ -52,6 +52,9 @@ def fine_tune(build_model: Callable[[], Any], reference: Any, config: TrainingCo
     outputs probabilities); without labels the model learns `reference`'s outputs (MSE).
     """
     tf_keras = import_tf_keras()
+    if config.epochs == 0:
+        with training_scope(ctx):
+            return build_model()
     x, y = training_inputs(ctx, description)
     tf_keras.utils.set_random_seed(ctx.seed)
     targets, loss = _targets_and_loss(reference, x, y, tf_keras)
@@ -77,7 +80,8 @@ def outputs_probabilities(model: Any, x: np.ndarray) -> bool:
 
 def _targets_and_loss(reference: Any, x: np.ndarray, y: np.ndarray | None, tf_keras: Any):
     if y is None:
-        targets = reference.predict(x, batch_size=256, verbose=0)
+        targets = np.concatenate([np.asarray(reference(x[i:i + 256], training=False))
+                                  for i in range(0, len(x), 256)])
         return targets, tf_keras.losses.MeanSquaredError()
     from_logits = not outputs_probabilities(reference, x)
     return y, tf_keras.losses.SparseCategoricalCrossentropy(from_logits=from_logits)

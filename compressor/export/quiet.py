@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import sys
 import warnings
@@ -46,6 +47,7 @@ def captured_native_output(log_path: Path, title: str = "conversion") -> Iterato
             for fd, saved in saved_fds.items():
                 os.dup2(saved, fd)
                 os.close(saved)
+            _repoint_logging_handlers(terminal, original_stderr)
             terminal.close()
             log.writelines(f"{warning.category.__name__}: {warning.message}\n".encode()
                            for warning in caught)
@@ -60,6 +62,16 @@ def log_tail(log_path: Path, lines: int = TAIL_LINES) -> str:
     latest = text.rsplit("\n" + HEADER, 1)[-1].split("\n", 1)[-1]
     kept = [line for line in latest.splitlines() if line.strip()]
     return "\n".join(kept[-lines:])
+
+
+def _repoint_logging_handlers(old_stream, new_stream) -> None:
+    """Handlers created during the capture (tf.get_logger() is lazy) took our temporary stderr."""
+    loggers = [logging.getLogger(), *(item for item in logging.root.manager.loggerDict.values()
+                                      if isinstance(item, logging.Logger))]
+    for logger in loggers:
+        for handler in logger.handlers:
+            if isinstance(handler, logging.StreamHandler) and handler.stream is old_stream:
+                handler.setStream(new_stream)
 
 
 def _flush(stream) -> None:
