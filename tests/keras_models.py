@@ -49,7 +49,7 @@ def digits_functional(seed: int = 0) -> Any:
     return keras.Model(inputs, layers.Dense(10)(x), name="digits_functional")
 
 
-def train(model: Any, data: Data, epochs: int = 12, lr: float = 3e-3, seed: int = 0) -> Any:
+def train(model: Any, data: Data, epochs: int = 8, lr: float = 3e-3, seed: int = 0) -> Any:
     keras = tf_keras()
     keras.utils.set_random_seed(seed)
     x, y = data.train

@@ -328,6 +328,13 @@ def test_int8_prune30_keeps_accuracy_in_both_runtimes(int8_prune30, float_accura
 
 
 @slow
+def test_int8_onnx_predicts_like_the_int8_tflite(int8_prune30, data):
+    tflite_out = km.run_tflite(int8_prune30["tflite"], data.val[0])
+    onnx_out = km.run_onnx(int8_prune30["onnx"], data.val[0])
+    assert np.mean(tflite_out.argmax(1) == onnx_out.argmax(1)) >= 0.99
+
+
+@slow
 def test_int8_prune30_is_small_sparse_and_int8(int8_prune30, fp32):
     assert int8_prune30["tflite"].stat().st_size <= 0.30 * fp32["tflite"].stat().st_size
     for path in int8_prune30.values():

@@ -71,7 +71,8 @@ def fine_tune(build_model: Callable[[], Any], reference: Any, config: TrainingCo
 
 def outputs_probabilities(model: Any, x: np.ndarray) -> bool:
     """True when the model ends in a softmax: outputs in [0, 1] whose rows sum to 1."""
-    out = np.asarray(model(x[:PROBE_SAMPLES], training=False))
+    out = model(x[:PROBE_SAMPLES], training=False)
+    out = np.asarray(out[0] if isinstance(out, (list, tuple)) else out)
     if out.ndim < 2 or out.shape[-1] < 2:
         return False
     return bool(out.min() >= 0.0 and out.max() <= 1.0

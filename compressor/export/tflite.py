@@ -54,7 +54,7 @@ def int8_tflite(state: ModelState, ctx: Context, io_dtype: str = "float32") -> b
             converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
 
     content = _convert(state.model, ctx, f"int8 {quantize.mode}", configure)
-    _require_full_int8(content)
+    _require_full_int8(content, quantize.mode)
     cache[key] = (state.model, content)
     return content
 
@@ -112,13 +112,14 @@ def _representative_dataset(samples: np.ndarray, ctx: Context):
     return batches
 
 
-def _require_full_int8(content: bytes) -> None:
+def _require_full_int8(content: bytes, mode: str) -> None:
     float_ops = [f"{op} ({name})" for op, name in _kernel_ops_not_int8(content)]
     if float_ops:
+        remedy = ("try quantize mode: ptq, or a float16 precision step" if mode == "qat"
+                  else "use a float16 precision step for this model instead")
         raise BackendUnavailableError(
             f"the int8 TFLite still computes {len(float_ops)} conv/dense op(s) in float: "
-            f"{', '.join(float_ops[:5])}; these layers could not be quantized, so use "
-            "quantize mode: ptq or a float16 precision step for this model")
+            f"{', '.join(float_ops[:5])}; these layers could not be quantized: {remedy}")
 
 
 def _kernel_ops_not_int8(content: bytes) -> list[tuple[str, str]]:
