@@ -69,7 +69,8 @@ def latency(paths: list[str], threads: int, rounds: int, runs: int, warmup: int 
             x = rng.random(input_shape(Path(path)), dtype=np.float32)
             runtime.latency_ms(x, warmup=warmup, runs=runs)   # warm-up round, not recorded
             opened[path] = (runtime, x)
-            result[path] = {"p50_rounds": [], "runtime": runtime.name, "threads": runtime.threads}
+            result[path] = {"p50_rounds": [], "runtime_version": runtime.name,
+                            "threads": runtime.threads}
         except Exception as exc:  # noqa: BLE001  recorded; the other artifacts still run
             result[path] = {"error": f"{type(exc).__name__}: {str(exc)[:400]}"}
     for _ in range(rounds):
