@@ -53,7 +53,9 @@ class KerasBackend:
 
         return clone_keras_model(model)
 
-    def describe(self, model: Any) -> ModelInfo:
+    def describe(self, model: Any, example: np.ndarray | None = None) -> ModelInfo:
+        """Params and I/O of the first input / output; Keras models declare their input
+        shape, so `example` is not needed (the pipeline checks data against input_shape)."""
         first_input, first_output = model.inputs[0], model.outputs[0]
         params = int(model.count_params())
         return ModelInfo(params=params,
