@@ -24,6 +24,8 @@ _LAZY = {
     "Recipe": "compressor.recipe",
     "load_recipe": "compressor.recipe",
     "builtin_names": "compressor.recipe",
+    "sweep": "compressor.sweep",
+    "plot_pareto": "compressor.sweep",
 }
 
 __all__ = [

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from compressor.errors import CompressorError
 
-SUBCOMMANDS = ("recipes", "inspect", "eval", "devices")
+SUBCOMMANDS = ("recipes", "inspect", "eval", "devices", "sweep")
 
 EPILOG = """\
 other commands:
@@ -15,6 +15,7 @@ other commands:
   compress inspect ARTIFACT [--json]      sizes, dtypes, sparsity, ops, est. memory
   compress eval ARTIFACT --data D         metric of an artifact in its runtime
   compress devices                        the device profiles
+  compress sweep MODEL --recipes a,b,c --data D --out DIR   sweep.csv + pareto.png
 
 exit codes: 0 passed, 2 bad input, 3 accuracy gate failed, 4 device budget exceeded
 """

@@ -12,7 +12,9 @@ from compressor.report import human_size
 
 
 def run(command: str, argv: list[str]) -> int:
-    return {"recipes": _recipes, "inspect": _inspect, "eval": _eval, "devices": _devices}[command](argv)
+    commands = {"recipes": _recipes, "inspect": _inspect, "eval": _eval, "devices": _devices,
+                "sweep": _sweep}
+    return commands[command](argv)
 
 
 def _recipes(argv: list[str]) -> int:
@@ -106,6 +108,32 @@ def _devices(argv: list[str]) -> int:
         print(f"{name:<22} {human_size(p.memory_bytes):>9} total, {human_size(p.budget_bytes):>9} "
               f"for the model  {p.arch:<8} {', '.join(p.runtimes)}")
     return 0
+
+
+def _sweep(argv: list[str]) -> int:
+    from compressor.sweep import plot_pareto, sweep
+
+    parser = argparse.ArgumentParser(prog="compress sweep",
+                                     description="run several recipes; write sweep.csv and pareto.png")
+    parser.add_argument("model")
+    parser.add_argument("--recipes", required=True, help="comma-separated names or .yaml paths")
+    parser.add_argument("--data", default="digits")
+    parser.add_argument("--out", type=Path, default=Path("sweep"))
+    parser.add_argument("--weights")
+    parser.add_argument("--teacher")
+    parser.add_argument("--target")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-latency", action="store_true")
+    args = parser.parse_args(argv)
+    frame = sweep(args.model, [r.strip() for r in args.recipes.split(",") if r.strip()], args.data,
+                  args.out, weights=args.weights, teacher=args.teacher, target=args.target,
+                  seed=args.seed, latency=not args.no_latency)
+    frame.to_csv(args.out / "sweep.csv", index=False)
+    plot_pareto(frame).savefig(args.out / "pareto.png", dpi=120)
+    columns = ["recipe", "format", "size_bytes", "metric_value", "drop", "passed", "cached", "error"]
+    print(frame[columns].to_string(index=False))
+    print(f"wrote {args.out / 'sweep.csv'} and {args.out / 'pareto.png'}")
+    return 0  # a recipe that failed is a row with its error, not a failed sweep
 
 
 def _require_file(path: Path) -> None:

@@ -103,7 +103,7 @@ def _checked(data: Data) -> Data:
 
 def check_matches_model(data: Data, input_shape: tuple, input_dtype: str) -> None:
     """Raise DataError when the data cannot be fed to a model with this input."""
-    for split_name, split in (("train", data.train), ("val", data.val)):
+    for split_name, split in (("val", data.val), ("train", data.train)):
         if split is None:
             continue
         x = np.asarray(split[0])

@@ -47,7 +47,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         "|---|---:|---:|---:|---:|---:|---|---:|---:|---|",
     ]
     for art in report["artifacts"]:
-        dtypes = ", ".join(f"{k} {v:.0%}" for k, v in art["weight_dtypes"].items())
+        dtypes = ", ".join(f"{k} {v:.1%}" for k, v in art["weight_dtypes"].items())
         latency = "-" if art["latency_ms_p50"] is None else f"{art['latency_ms_p50']:.3f}"
         lines.append(
             f"| {art['path']} | {human_size(art['size_bytes'])} | {human_size(art['gzip_bytes'])} "

@@ -23,9 +23,9 @@ def print_summary(report: dict[str, Any], out_dir: Path) -> None:
         latency = "-" if art["latency_ms_p50"] is None else f"{art['latency_ms_p50']:.3f}"
         table.add_row(art["path"], human_size(art["size_bytes"]), human_size(art["gzip_bytes"]),
                       f"{art['metric_value']:.4f}", f"{art['drop']:+.4f}", f"{art['sparsity']:.1%}",
-                      f"{top_dtype[0]} {top_dtype[1]:.0%}", latency,
+                      f"{top_dtype[0]} {top_dtype[1]:.1%}", latency,
                       human_size(art["est_peak_memory_bytes"]), "yes" if art["fits_target"] else "NO")
-    console = Console()
+    console = Console(width=max(Console().width, 132))  # pipes get 80 columns: too narrow
     console.print(table)
     verdict = "[green]PASSED[/green]" if report["passed"] else "[red]FAILED[/red]"
     console.print(f"{verdict}  report: {out_dir / 'report.md'}", highlight=False)

@@ -46,3 +46,40 @@ def save_keras_digits_cnn(path: Path, epochs: int = 8, seed: int = 0) -> Path:
     model = train_keras_digits_cnn(epochs=epochs, seed=seed)
     model.save(path)
     return path
+
+
+def torch_digits_cnn(filters: tuple[int, int] = (16, 32), dense: int = 64, seed: int = 0):
+    """An untrained torch CNN for (N, 1, 8, 8) digits images with 10 logits (~39k params)."""
+    os.environ.setdefault("TORCHAO_FORCE_SKIP_LOADING_SO_FILES", "1")
+    import torch
+    from torch import nn
+
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        nn.Conv2d(1, filters[0], 3, padding=1), nn.ReLU(),
+        nn.Conv2d(filters[0], filters[1], 3, padding=1), nn.ReLU(),
+        nn.MaxPool2d(2), nn.Flatten(),
+        nn.Linear(filters[1] * 16, dense), nn.ReLU(),
+        nn.Linear(dense, 10))
+
+
+def train_torch_digits_cnn(epochs: int = 8, seed: int = 0, lr: float = 3e-3, **shape):
+    """A trained torch digits CNN (plain Adam + cross-entropy loop, a few seconds)."""
+    import numpy as np
+    import torch
+
+    from compressor.data import digits
+
+    model = torch_digits_cnn(seed=seed, **shape)
+    x, y = (torch.from_numpy(np.asarray(a)) for a in digits("NCHW").train)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    generator = torch.Generator().manual_seed(seed)
+    model.train()
+    for _ in range(epochs):
+        order = torch.randperm(len(x), generator=generator)
+        for start in range(0, len(x), 32):
+            batch = order[start:start + 32]
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x[batch]), y[batch]).backward()
+            optimizer.step()
+    return model.eval()

@@ -79,3 +79,21 @@ def _flush(stream) -> None:
         stream.flush()
     except (AttributeError, ValueError, OSError):
         pass  # a closed or fake stream has nothing to flush
+
+
+@contextlib.contextmanager
+def muted_native_output() -> Iterator[None]:
+    """Drop what native code prints on fds 1 and 2 (e.g. LiteRT's one-time 'Created XNNPACK
+    delegate' INFO line); failures still surface as Python exceptions."""
+    for stream in (sys.stdout, sys.stderr):
+        _flush(stream)
+    saved_fds = {fd: os.dup(fd) for fd in (1, 2)}
+    with open(os.devnull, "wb") as devnull:
+        try:
+            for fd in (1, 2):
+                os.dup2(devnull.fileno(), fd)
+            yield
+        finally:
+            for fd, saved in saved_fds.items():
+                os.dup2(saved, fd)
+                os.close(saved)

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from compressor.errors import BackendUnavailableError, ModelLoadError
+from compressor.export.quiet import muted_native_output
 from compressor.runtimes import ArtifactInfo, WeightTensor
 from compressor.runtimes.common import (
     RUNTIME_OVERHEAD_BYTES,
@@ -82,7 +83,8 @@ class TFLiteRuntime:
         self.threads = default_threads(threads)
         self._interp, self.name = _open(self.path, self.threads)
         try:
-            self._interp.allocate_tensors()
+            with muted_native_output():   # the delegate announces itself on stdout
+                self._interp.allocate_tensors()
         except (ValueError, RuntimeError) as e:   # e.g. Select TF ops / custom ops not linked in
             raise ModelLoadError(f"{self.path}: {self.name} cannot prepare this model ({e}); "
                                  "export it with TFLite builtin ops only") from e

@@ -1,0 +1,152 @@
+"""Accuracy sweeps: many recipes on one model -> a DataFrame and a Pareto plot.
+
+Each recipe's artifacts and report stay under `out_dir/<recipe>/`. A recipe whose report was
+made for the same model and the same recipe (both hashed) is not run again, so a sweep that
+crashed half-way resumes where it stopped. A recipe that fails does not stop the sweep: its
+row carries the error.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from compressor.errors import CompressorError, DataError
+from compressor.pipeline import Session, finish, open_session, run_steps
+from compressor.recipe import Recipe, load_recipe
+
+ARTIFACT_COLUMNS = ("format", "path", "size_bytes", "gzip_bytes", "metric_value", "drop",
+                    "sparsity", "weight_dtypes", "latency_ms_p50", "est_peak_memory_bytes",
+                    "fits_target")
+
+
+def sweep(model: Any, recipes: Sequence[str | Path | Recipe], data: Any = "digits",
+          out_dir: str | Path = "sweep", *, quiet: bool = True, **options: Any):
+    """Run each recipe on `model`; one DataFrame row per (recipe, artifact)."""
+    import pandas as pd
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    for ref in recipes:
+        rows.extend(_sweep_one(model, ref, data, out, quiet=quiet, **options))
+    frame = pd.DataFrame(rows)
+    for column in ("recipe", *ARTIFACT_COLUMNS, "passed", "cached", "error"):
+        if column not in frame:
+            frame[column] = None
+    if options.get("target"):
+        from compressor.devices import get_profile
+
+        frame.attrs["budget_bytes"] = get_profile(options["target"]).budget_bytes
+    return frame
+
+
+def _sweep_one(model: Any, ref: Any, data: Any, out: Path, **options: Any) -> list[dict[str, Any]]:
+    try:
+        recipe = load_recipe(ref)
+        folder = out / recipe.name
+        session = open_session(model, recipe, data, out_dir=folder, force=True, **options)
+    except CompressorError as exc:
+        return [{"recipe": str(getattr(ref, "name", ref)), "passed": False, "error": str(exc)}]
+    key = {"model_sha256": model_digest(model, session), "recipe_sha256": recipe.sha256()}
+    cached = _cached_report(folder, key)
+    if cached is not None:
+        session.ctx.progress.info(f"{recipe.name}: report for this model and recipe exists, skipped")
+        _discard(session)
+        return _rows(cached, cached=True)
+    session.options["report_extras"] = {"sweep": key}
+    try:
+        result = finish(session, run_steps(session))
+    except CompressorError as exc:
+        _discard(session)
+        return [{"recipe": recipe.name, "passed": False, "cached": False, "error": str(exc)}]
+    return _rows(result.report, cached=False)
+
+
+def model_digest(model: Any, session: Session) -> str:
+    """A model file's bytes, or for an in-memory model its outputs on the val inputs."""
+    digest = hashlib.sha256()
+    if isinstance(model, (str, Path)) and Path(model).is_file():
+        with open(model, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    else:
+        digest.update(str(session.info.params).encode())
+        digest.update(np.ascontiguousarray(session.reference_outputs, dtype=np.float32).tobytes())
+    return digest.hexdigest()
+
+
+def _cached_report(folder: Path, key: dict[str, str]) -> dict[str, Any] | None:
+    path = folder / "report.json"
+    if not path.is_file():
+        return None
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    complete = all((folder / art["path"]).is_file() for art in report.get("artifacts", []))
+    return report if report.get("sweep") == key and complete else None
+
+
+def _rows(report: dict[str, Any], cached: bool) -> list[dict[str, Any]]:
+    name = report["recipe"]["name"]
+    return [{"recipe": name, **{k: art.get(k) for k in ARTIFACT_COLUMNS},
+             "passed": report["passed"], "cached": cached, "error": None}
+            for art in report["artifacts"]]
+
+
+def _discard(session: Session) -> None:
+    import shutil
+
+    shutil.rmtree(session.ctx.workdir, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------ plots
+
+def pareto_front(frame, x: str, y: str):
+    """Rows no other row beats: smaller-or-equal `x` and larger-or-equal `y`, one strictly."""
+    ok = frame.dropna(subset=[x, y]).sort_values([x, y], ascending=[True, False])
+    best = -np.inf
+    keep = []
+    for index, value in zip(ok.index, ok[y]):
+        if value > best:
+            keep.append(index)
+            best = value
+    return ok.loc[keep]
+
+
+def plot_pareto(frame, x: str = "size_bytes", y: str = "metric_value",
+                budget_bytes: int | None = None, title: str | None = None):
+    """A matplotlib Figure: every artifact labelled, the Pareto front drawn, the budget marked
+    (`budget_bytes`, by default the sweep target's budget kept in `frame.attrs`)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    for column in (x, y):
+        if column not in frame:
+            raise DataError(f"the sweep table has no column {column!r}; columns: "
+                            f"{', '.join(frame.columns)}")
+    ok = frame.dropna(subset=[x, y])
+    budget_bytes = budget_bytes if budget_bytes is not None else frame.attrs.get("budget_bytes")
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.scatter(ok[x], ok[y], color="tab:blue", zorder=3)
+    for _, row in ok.iterrows():
+        ax.annotate(f"{row['recipe']} ({row['format']})", (row[x], row[y]), fontsize=8,
+                    xytext=(4, 4), textcoords="offset points")
+    front = pareto_front(ok, x, y)
+    ax.plot(front[x], front[y], color="tab:red", drawstyle="steps-post", label="Pareto front",
+            zorder=2)
+    if budget_bytes is not None:
+        ax.axvline(budget_bytes, color="tab:gray", linestyle="--", label="device budget")
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.set_title(title or f"{y} vs {x}")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    return fig
