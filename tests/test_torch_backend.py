@@ -301,6 +301,14 @@ def test_fine_tuning_needs_training_data(backend, data, tmp_path):
         backend.prune(ModelState(model=tm.digits_cnn()), PruneConfig(sparsity=0.3), ctx)
 
 
+# --- fp32 (first: the other artifacts are compared with it) -----------------------------------
+
+@slow
+def test_fp32_artifacts_match_the_model(fp32, float_accuracy, data):
+    for path in fp32.values():
+        assert abs(_accuracy(path, data) - float_accuracy) <= 0.003, path.name
+
+
 # --- int8_prune30: 30% pruning + sparsity-preserving QAT ---------------------------------------
 
 @slow
@@ -345,12 +353,6 @@ def test_fp16_weights_small_and_accurate(fp16, fp32, float_accuracy, data):
         assert _size(path) <= 0.55 * _size(fp32[fmt]), path.name
         info = inspect_artifact(path)
         assert [d["dtype"] for d in info.inputs + info.outputs] == ["float32", "float32"]
-
-
-@slow
-def test_fp32_artifacts_match_the_model(fp32, float_accuracy, data):
-    for path in fp32.values():
-        assert abs(_accuracy(path, data) - float_accuracy) <= 0.003, path.name
 
 
 @slow

@@ -62,14 +62,16 @@ class TorchBackend:
         from compressor.backends.torch_prune import pruned_model
 
         _refuse_after_quantize(state, "prune")
-        return state.replace(model=pruned_model(state.model, config, ctx), sparsity=config.sparsity)
+        return state.replace(model=pruned_model(state.model, config, ctx, state.distill),
+                             sparsity=config.sparsity)
 
     def quantize_qat(self, state: ModelState, config: QuantizeConfig, ctx: Context) -> ModelState:
         from compressor.backends.torch_quant import qat_model
 
         _check_quantize(state, config)
         preserve = config.preserve_sparsity and state.sparsity > 0
-        return state.replace(model=qat_model(state.model, config, preserve, ctx), quantize=config)
+        model = qat_model(state.model, config, preserve, ctx, state.distill)
+        return state.replace(model=model, quantize=config)
 
     def quantize_ptq(self, state: ModelState, config: QuantizeConfig, ctx: Context) -> ModelState:
         from compressor.backends.torch_quant import ptq_model
@@ -78,9 +80,11 @@ class TorchBackend:
         return state.replace(model=ptq_model(state.model, config, ctx), quantize=config)
 
     def distill(self, state: ModelState, config: DistillConfig, ctx: Context) -> ModelState:
-        raise BackendUnavailableError("distillation is not implemented for torch yet; remove the "
-                                      "distill step (e.g. use int8_prune30 instead of "
-                                      "int8_prune30_kd)")
+        """Train with the KD loss; `distill` stays set so later pruning / QAT keep using it."""
+        from compressor.backends.torch_distill import distilled_model
+
+        model = distilled_model(state.model, config, state.sparsity > 0, ctx)
+        return state.replace(model=model, distill=config)
 
     def to_precision(self, state: ModelState, config: PrecisionConfig, ctx: Context) -> ModelState:
         if config.dtype == "bfloat16":
@@ -104,13 +108,31 @@ class TorchBackend:
         if fmt == "onnx":
             from compressor.export.torch_onnx import onnx_from_torch
 
-            return onnx_from_torch(state, path, ctx, example_input(ctx, ONNX_EXAMPLE_ROWS))
-        if fmt == "tflite":
+            written = onnx_from_torch(state, path, ctx, example_input(ctx, ONNX_EXAMPLE_ROWS))
+        elif fmt == "tflite":
             from compressor.export.torch_tflite import tflite_from_torch
 
-            return tflite_from_torch(state, path, ctx, example_input(ctx, 1))
-        raise BackendUnavailableError(f"cannot export to {fmt!r}; the formats are "
-                                      f"{', '.join(FORMATS)}")
+            written = tflite_from_torch(state, path, ctx, example_input(ctx, 1))
+        else:
+            raise BackendUnavailableError(f"cannot export to {fmt!r}; the formats are "
+                                          f"{', '.join(FORMATS)}")
+        if state.quantize is not None:
+            _require_int8_kernels(written, state.quantize.mode)
+        return written
+
+
+def _require_int8_kernels(path: Path, mode: str) -> None:
+    """Read back from the file: an "int8" artifact with float conv / linear weights is refused."""
+    from compressor.runtimes import inspect_artifact
+
+    floats = [w.name for w in inspect_artifact(path).weights if w.is_kernel and w.dtype != "int8"]
+    if floats:
+        path.unlink()
+        remedy = ("try quantize mode: ptq, or a float16 precision step" if mode == "qat"
+                  else "use a float16 precision step for this model instead")
+        raise BackendUnavailableError(
+            f"the int8 {path.suffix[1:]} artifact kept {len(floats)} conv/linear weight(s) in "
+            f"float: {', '.join(floats[:5])}; these layers could not be quantized: {remedy}")
 
 
 def _check_quantize(state: ModelState, config: QuantizeConfig) -> None:

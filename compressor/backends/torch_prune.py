@@ -16,6 +16,7 @@ from compressor.errors import BackendUnavailableError
 
 if TYPE_CHECKING:
     from compressor.context import Context
+    from compressor.passes.distill import DistillConfig
     from compressor.passes.prune import PruneConfig
 
 MASK_UPDATES = 10   # how many times the mask is recomputed while sparsity ramps up (as Keras)
@@ -54,8 +55,10 @@ class SparsitySchedule:
         return self.final * (1.0 - (1.0 - progress) ** 3)
 
 
-def pruned_model(model: torch.nn.Module, config: PruneConfig, ctx: Context) -> torch.nn.Module:
-    """A copy of `model` whose conv / linear weights are `config.sparsity` zeros, fine-tuned."""
+def pruned_model(model: torch.nn.Module, config: PruneConfig, ctx: Context,
+                 distill: DistillConfig | None = None) -> torch.nn.Module:
+    """A copy of `model` whose conv / linear weights are `config.sparsity` zeros, fine-tuned
+    (with the teacher's KD loss while `distill` is set)."""
     working = clone_module(model)
     kernels = kernel_parameters(working)
     if not kernels:
@@ -73,7 +76,7 @@ def pruned_model(model: torch.nn.Module, config: PruneConfig, ctx: Context) -> t
                 masks = magnitude_masks(kernels, schedule.sparsity(step))
             apply_masks(kernels, masks)
 
-        fine_tune(working, config, ctx, description, after_step)
+        fine_tune(working, config, ctx, description, after_step, distill)
     # Exactly the final sparsity in every layer, also for epochs: 0 (one-shot).
     apply_masks(kernels, magnitude_masks(kernels, config.sparsity))
     return working

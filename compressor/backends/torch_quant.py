@@ -22,6 +22,7 @@ from compressor.errors import BackendUnavailableError
 
 if TYPE_CHECKING:
     from compressor.context import Context
+    from compressor.passes.distill import DistillConfig
     from compressor.passes.quantize import QuantizeConfig
 
 EXAMPLE_ROWS = 2          # torch.export specializes a batch of 1; 2 keeps the batch dynamic
@@ -29,12 +30,17 @@ CALIBRATION_BATCH = 32
 
 
 def qat_model(model: torch.nn.Module, config: QuantizeConfig, preserve_sparsity: bool,
-              ctx: Context) -> torch.fx.GraphModule:
-    """A prepared (fake-quant) copy of `model`, fine-tuned for `config.epochs`."""
+              ctx: Context, distill: DistillConfig | None = None) -> torch.fx.GraphModule:
+    """A prepared (fake-quant) copy of `model`, fine-tuned for `config.epochs` (with the
+    teacher's KD loss while `distill` is set)."""
     description = "int8 quantization-aware training"
     x, _ = training_inputs(ctx, description)
-    exported = exported_for_quantization(clone_module(model), as_tensor(x[:EXAMPLE_ROWS]),
-                                         training=True)
+    exported = exported_for_quantization(clone_module(model), as_tensor(x[:EXAMPLE_ROWS]))
+    # BatchNorm is folded into its conv first, so QAT fine-tunes with frozen BN statistics (a
+    # common QAT practice). torchao's alternative, conv-BN QAT patterns, traces dozens of
+    # pattern graphs in prepare and again in every convert: ~1.5 min per convert for a tiny
+    # residual net on 2 cores, paid for the predictions and for each artifact.
+    _fuse_conv_bn_(exported)
     quantizer = xnnpack_quantizer(is_qat=True,
                                   conv_bn_patterns=graph_has_op(exported, "batch_norm"))
     prepared = import_pt2e().prepare_qat_pt2e(exported, quantizer)
@@ -46,15 +52,14 @@ def qat_model(model: torch.nn.Module, config: QuantizeConfig, preserve_sparsity:
     # and symmetric int8 weights then store them as exact zeros too.
     masks = zero_masks(kernels) if preserve_sparsity else {}
     fine_tune(prepared, config, ctx, description,
-              after_step=lambda step: apply_masks(kernels, masks))
+              after_step=lambda step: apply_masks(kernels, masks), distill=distill)
     return prepared
 
 
 def ptq_model(model: torch.nn.Module, config: QuantizeConfig, ctx: Context) -> torch.fx.GraphModule:
     """A prepared copy of `model` whose observers saw `config.calibration_samples` inputs."""
     samples = calibration_samples(ctx, config.calibration_samples)
-    exported = exported_for_quantization(clone_module(model), as_tensor(samples[:EXAMPLE_ROWS]),
-                                         training=False)
+    exported = exported_for_quantization(clone_module(model), as_tensor(samples[:EXAMPLE_ROWS]))
     prepared = import_pt2e().prepare_pt2e(exported, xnnpack_quantizer(is_qat=False))
     calibrate(prepared, samples, ctx)
     return prepared
@@ -83,10 +88,9 @@ def is_prepared(model: torch.nn.Module) -> bool:
     return any(isinstance(m, (ObserverBase, FakeQuantizeBase)) for m in model.modules())
 
 
-def exported_for_quantization(model: torch.nn.Module, example: torch.Tensor,
-                              training: bool) -> torch.fx.GraphModule:
-    # QAT traces train-mode BatchNorm / dropout, so prepare_qat_pt2e can fold BN into conv.
-    set_mode(model, training)
+def exported_for_quantization(model: torch.nn.Module, example: torch.Tensor) -> torch.fx.GraphModule:
+    """The eval-mode graph (BatchNorm with running statistics, no dropout), batch dynamic."""
+    set_mode(model, training=False)
     try:
         program = torch.export.export(
             model, (example,), dynamic_shapes=({0: torch.export.Dim.DYNAMIC},))
@@ -97,6 +101,13 @@ def exported_for_quantization(model: torch.nn.Module, example: torch.Tensor,
             f"({first_line}); make forward() traceable (no data-dependent Python control flow) "
             "with a dynamic batch dimension, or use a float16 precision step instead") from None
     return program.module()
+
+
+def _fuse_conv_bn_(graph: torch.fx.GraphModule) -> None:
+    """Fold each BatchNorm that follows a conv into the conv's weight and bias, in place."""
+    from torchao.quantization.pt2e.utils import _fuse_conv_bn_ as fuse   # what prepare_pt2e uses
+
+    fuse(graph)
 
 
 def calibration_samples(ctx: Context, count: int) -> np.ndarray:

@@ -18,7 +18,7 @@ from compressor.backends.torch_env import import_onnx
 from compressor.backends.torch_quant import converted
 from compressor.backends.torch_train import as_tensor, set_mode
 from compressor.errors import BackendUnavailableError
-from compressor.export.onnx import _float16_onnx, _require_int8_kernels
+from compressor.export.onnx import _float16_onnx
 from compressor.export.quiet import captured_native_output, log_tail
 
 if TYPE_CHECKING:
@@ -39,9 +39,7 @@ def onnx_from_torch(state: ModelState, path: Path, ctx: Context, example: np.nda
         set_mode(module, training=False)
     proto = _exported_proto(module, example, log, kind)
     _strip_debug_metadata(proto)
-    if state.quantize is not None:
-        _require_int8_kernels(proto)
-    elif state.precision is not None:
+    if state.precision is not None and state.quantize is None:
         proto = _float16_onnx(proto, state.precision)
     try:
         onnx.checker.check_model(proto)

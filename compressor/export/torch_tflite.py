@@ -21,7 +21,6 @@ from compressor.backends.torch_quant import converted
 from compressor.backends.torch_train import as_tensor, set_mode
 from compressor.errors import BackendUnavailableError
 from compressor.export.quiet import captured_native_output, log_tail
-from compressor.export.tflite import _require_full_int8
 
 if TYPE_CHECKING:
     from compressor.context import Context, ModelState
@@ -38,7 +37,6 @@ def tflite_from_torch(state: ModelState, path: Path, ctx: Context, example: np.n
         float_io = state.quantize.io_dtype == "float32"
         module, kind = converted(state.model, fold_quantize=False), "int8"
         content = _convert(module, sample, _static_int8_config(), log, kind, float_io)
-        _require_full_int8(content)
         if float_io:
             _require_float_io(content)
     else:
