@@ -60,26 +60,39 @@ def pruned_model(model: torch.nn.Module, config: PruneConfig, ctx: Context,
     """A copy of `model` whose conv / linear weights are `config.sparsity` zeros, fine-tuned
     (with the teacher's KD loss while `distill` is set)."""
     working = clone_module(model)
-    kernels = kernel_parameters(working)
-    if not kernels:
-        raise BackendUnavailableError(f"{type(model).__name__} has no Conv or Linear weights to "
-                                      "prune; remove the prune step for this model")
+    kernels = prunable_kernels(working)
     if config.epochs > 0:
         description = f"pruning to {config.sparsity:.0%}"
         schedule = SparsitySchedule.for_run(config, steps_per_epoch(ctx, config, description))
-        masks = magnitude_masks(kernels, schedule.sparsity(0))
-        apply_masks(kernels, masks)
-
-        def after_step(step: int) -> None:
-            nonlocal masks
-            if schedule.updates_mask(step):
-                masks = magnitude_masks(kernels, schedule.sparsity(step))
-            apply_masks(kernels, masks)
-
-        fine_tune(working, config, ctx, description, after_step, distill)
+        fine_tune(working, config, ctx, description, ScheduledMasks(kernels, schedule).after_step,
+                  distill)
     # Exactly the final sparsity in every layer, also for epochs: 0 (one-shot).
     apply_masks(kernels, magnitude_masks(kernels, config.sparsity))
     return working
+
+
+class ScheduledMasks:
+    """Masks that follow a schedule: `after_step(step)` recomputes them when the schedule says
+    so and re-applies them. The backend's loop and a user's own loop both drive it."""
+
+    def __init__(self, kernels: dict[str, torch.nn.Parameter], schedule: SparsitySchedule):
+        self.kernels, self.schedule = kernels, schedule
+        self.masks = magnitude_masks(kernels, schedule.sparsity(0))
+        apply_masks(kernels, self.masks)
+
+    def after_step(self, step: int) -> None:
+        if self.schedule.updates_mask(step):
+            self.masks = magnitude_masks(self.kernels, self.schedule.sparsity(step))
+        apply_masks(self.kernels, self.masks)
+
+
+def prunable_kernels(model: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
+    """kernel_parameters, or a typed error for a model with nothing to prune."""
+    kernels = kernel_parameters(model)
+    if not kernels:
+        raise BackendUnavailableError(f"{type(model).__name__} has no Conv or Linear weights to "
+                                      "prune; remove the prune step for this model")
+    return kernels
 
 
 def kernel_parameters(model: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
