@@ -1,7 +1,8 @@
 """Data specs: the built-in `digits`, an `.npz` file, or `module:function` returning data.
 
 Arrays come back laid out for the model's framework (images NHWC for Keras, NCHW for PyTorch)
-and are checked against the model's input shape before any work starts.
+and are checked against the model's input shape before any work starts. A tf.data.Dataset or
+torch DataLoader given for a split is read once into numpy arrays (it must fit in memory).
 """
 from __future__ import annotations
 
@@ -33,9 +34,17 @@ def digits(layout: str = "NHWC") -> Data:
                 val=(np.expand_dims(x_val, axis), y_val), name="digits")
 
 
-def load_data(spec: Any, layout: str = "NHWC") -> Data:
-    """A Data from `digits`, a `.npz` path, `module:function`, a Data, or a dict / tuple of arrays."""
+def load_data(spec: Any, layout: str = "NHWC", framework: str | None = None) -> Data:
+    """A Data from `digits`, a `.npz` path, `module:function`, a Data, or a dict / tuple of arrays.
+
+    Splits may be tf.data Datasets or torch DataLoaders; with `framework` ("keras" | "torch")
+    one of the other framework is refused.
+    """
     if isinstance(spec, Data):
+        if any(dataset_framework(split) for split in (spec.train, spec.val)):
+            return _checked(Data(train=_split(spec.train, framework, f"{spec.name} train"),
+                                 val=_split(spec.val, framework, f"{spec.name} val"),
+                                 name=spec.name))
         return spec
     if isinstance(spec, (str, Path)):
         text = str(spec)
@@ -44,10 +53,10 @@ def load_data(spec: Any, layout: str = "NHWC") -> Data:
         if text.endswith(".npz") or Path(text).exists():
             return _from_npz(Path(text))
         if ":" in text:
-            return _coerce(_call_reference(text), text)
+            return _coerce(_call_reference(text), text, framework)
         raise DataError(f"data {text!r} not found; use `digits`, a .npz file with "
                         f"{', '.join(NPZ_KEYS)}, or module:function")
-    return _coerce(spec, "data")
+    return _coerce(spec, "data", framework)
 
 
 def _from_npz(path: Path) -> Data:
@@ -74,7 +83,7 @@ def _call_reference(ref: str) -> Any:
     return func()
 
 
-def _coerce(obj: Any, source: str) -> Data:
+def _coerce(obj: Any, source: str, framework: str | None = None) -> Data:
     """Accepts Data, {"x_train", ...} mappings and ((x, y), (xv, yv)) pairs."""
     if isinstance(obj, Data):
         return obj
@@ -85,9 +94,67 @@ def _coerce(obj: Any, source: str) -> Data:
         train = (obj["x_train"], obj.get("y_train")) if "x_train" in obj else None
         return _checked(Data(train=train, val=(obj["x_val"], obj.get("y_val")), name=source))
     if isinstance(obj, (tuple, list)) and len(obj) == 2:
-        return _checked(Data(train=tuple(obj[0]), val=tuple(obj[1]), name=source))
+        return _checked(Data(train=_split(obj[0], framework, f"{source} train"),
+                             val=_split(obj[1], framework, f"{source} val"), name=source))
+    if dataset_framework(obj):
+        raise DataError(f"{source}: one dataset is not enough; pass cz.Data(train=..., val=...) "
+                        "or (train, val): the artifacts are validated on the val split")
     raise DataError(f"{source}: expected Data, a dict with {', '.join(NPZ_KEYS)}, or "
                     f"((x_train, y_train), (x_val, y_val)); got {type(obj).__name__}")
+
+
+def dataset_framework(obj: Any) -> str | None:
+    """"keras" for a tf.data.Dataset, "torch" for a torch DataLoader, else None.
+
+    Told by the class's module, so that neither framework is imported to ask.
+    """
+    for cls in type(obj).__mro__:
+        if cls.__name__ == "DataLoader" and cls.__module__.startswith("torch.utils.data"):
+            return "torch"
+        if cls.__name__ == "DatasetV2" and cls.__module__.startswith("tensorflow.python.data"):
+            return "keras"
+    return None
+
+
+def _split(obj: Any, framework: str | None, source: str) -> Any:
+    """(x, y) arrays for a split given as arrays, a tf.data.Dataset or a torch DataLoader."""
+    if obj is None:
+        return None
+    found = dataset_framework(obj)
+    if found is None:
+        return tuple(obj)
+    kind = "a tf.data.Dataset" if found == "keras" else "a torch DataLoader"
+    if framework is not None and found != framework:
+        wanted = "a tf.data.Dataset" if framework == "keras" else "a torch DataLoader"
+        raise DataError(f"{source} is {kind}, but the model is a {framework} model; pass "
+                        f"{wanted} or numpy arrays (x, y)")
+    return _arrays_from_batches(obj, found, f"{source} ({kind})")
+
+
+def _arrays_from_batches(dataset: Any, framework: str, source: str) -> tuple:
+    """Read every element once: (x, y) or (x,) tuples of batches (of single samples when the
+    labels are scalars, or the DataLoader has batch_size=None)."""
+    elements = dataset.as_numpy_iterator() if framework == "keras" else iter(dataset)
+    xs, ys = [], []
+    for element in elements:
+        parts = element if isinstance(element, (tuple, list)) else (element,)
+        if isinstance(element, dict) or not parts:
+            raise DataError(f"{source}: elements must be (x, y) or x, got {type(element).__name__}; "
+                            "map the dataset to (inputs, labels) tuples")
+        xs.append(_numpy(parts[0]))
+        ys.append(_numpy(parts[1]) if len(parts) > 1 else None)
+    if not xs:
+        raise DataError(f"{source} is empty; it must yield at least one batch")
+    unbatched = (getattr(dataset, "batch_size", 0) is None
+                 or (ys[0] is not None and ys[0].ndim == 0))
+    join = np.stack if unbatched else np.concatenate
+    return join(xs), (None if ys[0] is None else join(ys))
+
+
+def _numpy(value: Any) -> np.ndarray:
+    if hasattr(value, "detach"):   # a torch tensor, maybe on a GPU or requiring grad
+        value = value.detach().cpu()
+    return np.asarray(value)
 
 
 def _checked(data: Data) -> Data:

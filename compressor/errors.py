@@ -28,6 +28,10 @@ class BackendUnavailableError(CompressorError):
     """A framework, converter or runtime this work needs is not installed or cannot do it."""
 
 
+class UsageError(CompressorError):
+    """An API call out of order, e.g. finalizing a training run twice."""
+
+
 class AccuracyGateError(CompressorError):
     """An artifact lost more accuracy than the recipe's `validate` allows."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from compressor.data import check_matches_model, load_data
 from compressor.errors import DataError, RecipeError
 from compressor.progress import Progress
 from compressor.recipe import Recipe, load_recipe
-from compressor.registry import get_pass
+from compressor.registry import StepConfig, get_pass
 from compressor.report import package_versions, write_report
 
 
@@ -87,7 +88,7 @@ def open_session(model: Any, recipe: str | Path | Recipe, data: Any = "digits", 
     if teacher is not None:
         teacher_model = backend_for(teacher).load(teacher, weights=teacher_weights,
                                                   trust_pickle=trust_pickle)
-    data = load_data(data, backend.image_layout)
+    data = load_data(data, backend.image_layout, backend.name)
     if data.val is None:
         raise DataError("validation needs a val split (x_val, y_val); the artifacts are checked on it")
     if recipe.needs_train_data and data.train is None:
@@ -111,9 +112,11 @@ def open_session(model: Any, recipe: str | Path | Recipe, data: Any = "digits", 
     return session
 
 
-def run_steps(session: Session, state: ModelState | None = None) -> ModelState:
+def run_steps(session: Session, state: ModelState | None = None,
+              steps: Sequence[tuple[int, StepConfig]] | None = None) -> ModelState:
+    """Apply the recipe's steps, or only `steps` ((index, step) pairs of them), to `state`."""
     state = state or ModelState(model=session.backend.clone(session.model))
-    for index, step in enumerate(session.recipe.steps):
+    for index, step in (enumerate(session.recipe.steps) if steps is None else steps):
         session.ctx.progress.info(f"[{index + 1}/{len(session.recipe.steps)}] {step.kind}")
         started = time.perf_counter()
         state = get_pass(step.kind)(state, step, session.ctx)
