@@ -14,10 +14,12 @@ import numpy as np
 
 if TYPE_CHECKING:
     from compressor.backends.base import Backend
+    from compressor.fallback import FallbackResult
     from compressor.passes.distill import DistillConfig
     from compressor.passes.precision import PrecisionConfig
     from compressor.passes.quantize import QuantizeConfig
     from compressor.progress import Progress
+    from compressor.recipe import ValidateConfig
 
 Split = tuple[np.ndarray, "np.ndarray | None"]
 
@@ -46,6 +48,8 @@ class ModelState:
     `quantize` set by a qat step means the model already carries fake-quant ranges; by a
     ptq step, that export must calibrate. `precision` asks export for lower-precision floats.
     `distill` stays set after a distill step so later fine-tuning keeps the teacher's loss.
+    `float_layers` names layers that quantize and export keep in float (int8 fallback);
+    `fallback` is what the fallback search measured, for the report.
     """
 
     model: Any
@@ -53,6 +57,8 @@ class ModelState:
     precision: PrecisionConfig | None = None
     distill: DistillConfig | None = None
     sparsity: float = 0.0
+    float_layers: tuple[str, ...] = ()
+    fallback: FallbackResult | None = None
 
     def replace(self, **changes: Any) -> ModelState:
         return dataclasses.replace(self, **changes)
@@ -69,3 +75,10 @@ class Context:
     seed: int = 0
     teacher: Any = None
     extras: dict[str, Any] = field(default_factory=dict)
+    # The accuracy gate as the pipeline will apply it, for searches that run at step time
+    # (quantize fallback: auto). None outside a pipeline run.
+    validation: ValidateConfig | None = None
+    metric: Any = None                        # a custom metric function overriding validation's
+    reference_outputs: np.ndarray | None = None   # the original model's outputs on data.val
+    baseline_value: float | None = None       # the original model's metric on data.val
+    formats: tuple[str, ...] = ()             # export formats, first = the one searches measure

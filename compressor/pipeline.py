@@ -99,11 +99,12 @@ def open_session(model: Any, recipe: str | Path | Recipe, data: Any = "digits", 
 
     progress = Progress(quiet=quiet)
     workdir = Path(tempfile.mkdtemp(prefix="compressor-work-"))
-    ctx = Context(data=data, backend=backend, progress=progress, workdir=workdir, seed=seed,
-                  teacher=teacher_model)
     reference = backend.predict(loaded, np.asarray(data.val[0]))
     validation = recipe.validation
     baseline = validate.metric_value(metric or validation.metric, reference, data.val[1], reference)
+    ctx = Context(data=data, backend=backend, progress=progress, workdir=workdir, seed=seed,
+                  teacher=teacher_model, validation=validation, metric=metric,
+                  reference_outputs=reference, baseline_value=baseline, formats=formats)
     session = Session(recipe=recipe, backend=backend, model=loaded, model_ref=_describe_ref(model),
                       info=info, data=data, ctx=ctx, out_dir=out, force=force, formats=formats,
                       target=target, reference_outputs=reference, baseline_value=baseline,
@@ -133,6 +134,8 @@ def finish(session: Session, state: ModelState) -> Result:
         artifacts = _export_all(session, state, staging)
         rows = _validate_all(session, artifacts)
         report = build_report(session, rows, _judge(session, rows))
+        if state.fallback is not None:
+            report["fallback"] = state.fallback.report(artifacts)
         write_report(report, staging)
         published = publish(staging, session.out_dir)
     finally:

@@ -53,12 +53,41 @@ def render_markdown(report: dict[str, Any]) -> str:
             f"| {art['path']} | {human_size(art['size_bytes'])} | {human_size(art['gzip_bytes'])} "
             f"| {art['metric_value']:.4f} | {art['drop']:+.4f} | {art['sparsity']:.1%} | {dtypes} "
             f"| {latency} | {human_size(art['est_peak_memory_bytes'])} | {'yes' if art['fits_target'] else 'NO'} |")
+    lines += _fallback_lines(report.get("fallback"), metric)
     timings = ", ".join(f"{k} {v:.1f}s" for k, v in report["timings_s"].items())
     lines += ["", f"Timings: {timings}", "",
               "Sizes, dtypes and sparsity are read back from the artifact files; metrics and "
               "latency are measured by running them in their runtimes "
               f"({', '.join(sorted({a['runtime'] for a in report['artifacts']}))}).", ""]
     return "\n".join(lines)
+
+
+def _fallback_lines(fallback: dict[str, Any] | None, metric: str) -> list[str]:
+    """The int8 fallback search: layers by sensitivity, and what each float layer costs."""
+    if fallback is None:
+        return []
+    floats = fallback["float_layers"]
+    costs = {row["layer"]: row["size_cost_bytes"] for row in fallback["float_layer_costs"]}
+    dtypes = "; ".join(f"{fmt}: {', '.join(found) or 'none'}"
+                       for fmt, found in fallback["float_weight_dtypes"].items())
+    full, chosen = fallback["full_int8"], fallback["chosen"]
+    summary = (f"Full int8 ({fallback['format']}): {metric} {full['metric_value']:.4f} "
+               f"(drop {full['drop']:+.4f}). Kept float ({fallback['dtype']} asked; float "
+               f"weights read back: {dtypes}): {', '.join(floats) or 'none'} -> {metric} "
+               f"{chosen['metric_value']:.4f} (drop {chosen['drop']:+.4f}), "
+               f"{fallback['evaluations']} evaluations of the val set.")
+    lines = ["", "## int8 fallback", "", summary, ""]
+    if not fallback["ranking"]:
+        return lines
+    header = (f"| layer | sensitivity ({metric} gained float) | size cost alone | kept float "
+              "| size cost in the artifact |")
+    lines += [header, "|---|---:|---:|---|---:|"]
+    for row in fallback["ranking"]:
+        layer = row["layer"]
+        cost = f"{costs[layer]:+,} B" if layer in costs else "-"
+        lines.append(f"| {layer} | {row['sensitivity']:+.4f} | {row['size_cost_bytes']:+,} B | "
+                     f"{'yes' if layer in floats else 'no'} | {cost} |")
+    return lines
 
 
 def _gate_text(gate: dict[str, Any], metric: str) -> str:

@@ -155,8 +155,6 @@ def test_unsupported_requests_raise_typed_errors(backend, tmp_path):
         backend.to_precision(state, PrecisionConfig(dtype="bfloat16"), ctx)
     with pytest.raises(BackendUnavailableError, match="not implemented for keras yet"):
         backend.distill(state, DistillConfig(), ctx)
-    with pytest.raises(BackendUnavailableError, match="fallback"):
-        backend.quantize_ptq(state, QuantizeConfig(mode="ptq", fallback="auto"), ctx)
     fp16_state = state.replace(precision=PrecisionConfig())
     with pytest.raises(RecipeError, match="either int8 or float16"):
         backend.quantize_ptq(fp16_state, QuantizeConfig(mode="ptq"), ctx)

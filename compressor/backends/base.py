@@ -55,6 +55,9 @@ class Backend(Protocol):
 
     def quantize_ptq(self, state: ModelState, config: QuantizeConfig, ctx: Context) -> ModelState: ...
 
+    def quantizable_layers(self, state: ModelState) -> list[str]:
+        """Names of the layers int8 quantizes, which `state.float_layers` may name instead."""
+
     def distill(self, state: ModelState, config: DistillConfig, ctx: Context) -> ModelState: ...
 
     def to_precision(self, state: ModelState, config: PrecisionConfig, ctx: Context) -> ModelState: ...

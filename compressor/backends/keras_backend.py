@@ -98,6 +98,12 @@ class KerasBackend:
         _check_quantize(state, config)
         return state.replace(quantize=config)
 
+    def quantizable_layers(self, state: ModelState) -> list[str]:
+        """Layers int8 quantizes (conv / dense kernels): what quantize fallback may keep float."""
+        from compressor.export.tflite_mixed import kernel_layer_names
+
+        return kernel_layer_names(state.model)
+
     def distill(self, state: ModelState, config: DistillConfig, ctx: Context) -> ModelState:
         raise BackendUnavailableError("distillation is not implemented for keras yet; remove "
                                       "the distill step or use the torch backend")
@@ -121,9 +127,6 @@ class KerasBackend:
 
 
 def _check_quantize(state: ModelState, config: QuantizeConfig) -> None:
-    if config.fallback == "auto":
-        raise BackendUnavailableError("quantize fallback: auto is not implemented for keras yet; "
-                                      "set fallback: none")
     if state.precision is not None:
         raise RecipeError("int8 quantize after a float16 precision step: an artifact is either "
                           "int8 or float16; remove one of the steps")

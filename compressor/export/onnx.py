@@ -30,7 +30,11 @@ def onnx_from_keras(state: ModelState, path: Path, ctx: Context) -> Path:
     log = Path(ctx.workdir) / "logs" / "onnx-convert.log"
     if state.quantize is not None:
         proto = _int8_onnx(state, ctx, log)
-        _require_int8_kernels(proto)
+        _require_int8_kernels(proto, allowed_float=len(state.float_layers))
+        if state.float_layers:
+            from compressor.export.onnx_mixed import keep_float_kernels
+
+            keep_float_kernels(proto, state.quantize.fallback_dtype)
     else:
         proto = _float_onnx(state.model, log)
         if state.precision is not None:
@@ -95,8 +99,9 @@ def _float16_onnx(proto: Any, precision: Any) -> Any:
                                             node_block_list=blocked or None)
 
 
-def _require_int8_kernels(proto: Any) -> None:
-    """Every conv / matmul weight must be an int8 initializer behind a DequantizeLinear."""
+def _require_int8_kernels(proto: Any, allowed_float: int = 0) -> None:
+    """Every conv / matmul weight must be an int8 initializer behind a DequantizeLinear, but
+    for `allowed_float` kernels of layers the quantize fallback keeps float."""
     initializers = {init.name: init for init in proto.graph.initializer}
     producers = {out: node for node in proto.graph.node for out in node.output}
     float_kernels = []
@@ -110,7 +115,7 @@ def _require_int8_kernels(proto: Any) -> None:
             weight = source.input[0]
         if weight in initializers and initializers[weight].data_type != _int8_type():
             float_kernels.append(node.name or node.op_type)
-    if float_kernels:
+    if len(float_kernels) > allowed_float:
         raise BackendUnavailableError(f"the int8 ONNX kept float weights in "
                                       f"{', '.join(float_kernels[:5])}; export tflite only")
 

@@ -35,9 +35,11 @@ def tflite_from_keras(state: ModelState, path: Path, ctx: Context) -> Path:
 def int8_tflite(state: ModelState, ctx: Context, io_dtype: str = "float32") -> bytes:
     """The full-int8 TFLite of a QAT or PTQ state (cached per model for the ONNX route)."""
     cache = ctx.extras.setdefault(INT8_CACHE_KEY, {})
-    key = (id(state.model), state.quantize, io_dtype)
+    key = (id(state.model), state.quantize, io_dtype, state.float_layers)
     if key in cache and cache[key][0] is state.model:
         return cache[key][1]
+    if len(cache) >= 2:   # a fallback search converts many candidates: keep only recent ones
+        cache.clear()
     quantize = state.quantize
     samples = None
     if quantize.mode == "ptq":
@@ -53,10 +55,30 @@ def int8_tflite(state: ModelState, ctx: Context, io_dtype: str = "float32") -> b
             converter.representative_dataset = _representative_dataset(samples, ctx)
             converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
 
-    content = _convert(state.model, ctx, f"int8 {quantize.mode}", configure)
-    _require_full_int8(content, quantize.mode)
+    if quantize.fallback == "auto" or state.float_layers:
+        content = _mixed_int8(state, ctx, io_dtype, configure)
+    else:
+        content = _convert(state.model, ctx, f"int8 {quantize.mode}", configure)
+    _require_full_int8(content, quantize.mode, state.float_layers)
     cache[key] = (state.model, content)
     return content
+
+
+def _mixed_int8(state: ModelState, ctx: Context, io_dtype: str, configure) -> bytes:
+    """int8 with `state.float_layers` float: calibrate once, then quantize per layer set."""
+    from compressor.export.tflite_mixed import mixed_int8_tflite
+
+    if state.quantize.mode != "ptq":
+        raise BackendUnavailableError("int8 TFLite with float layers needs quantize mode: ptq "
+                                      "(a qat model carries its own ranges for every layer)")
+
+    def calibrate_only(converter: Any, tf: Any) -> None:
+        configure(converter, tf)
+        converter.experimental_mlir_quantizer = True
+        converter._experimental_calibrate_only = True   # QuantizationDebugger's route
+
+    return mixed_int8_tflite(state, ctx, io_dtype,
+                             lambda: _convert(state.model, ctx, "int8 calibration", calibrate_only))
 
 
 def _float16_settings(precision: Any):
@@ -112,8 +134,11 @@ def _representative_dataset(samples: np.ndarray, ctx: Context):
     return batches
 
 
-def _require_full_int8(content: bytes, mode: str) -> None:
-    float_ops = [f"{op} ({name})" for op, name in _kernel_ops_not_int8(content)]
+def _require_full_int8(content: bytes, mode: str, float_layers: tuple[str, ...] = ()) -> None:
+    from compressor.export.tflite_mixed import layer_of
+
+    float_ops = [f"{op} ({name})" for op, name in _kernel_ops_not_int8(content)
+                 if layer_of(name, float_layers) is None]   # float layers are float on purpose
     if float_ops:
         remedy = ("try quantize mode: ptq, or a float16 precision step" if mode == "qat"
                   else "use a float16 precision step for this model instead")

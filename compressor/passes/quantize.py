@@ -6,6 +6,7 @@ from typing import Literal
 from pydantic import Field
 
 from compressor.context import Context, ModelState
+from compressor.errors import RecipeError
 from compressor.registry import TrainingConfig, register_pass
 
 # Kept as an open list: transformer-friendly modes (dynamic, weight_only) slot in here.
@@ -28,6 +29,13 @@ class QuantizeConfig(TrainingConfig):
 
 @register_pass(QuantizeConfig)
 def quantize(state: ModelState, config: QuantizeConfig, ctx: Context) -> ModelState:
+    run = ctx.backend.quantize_qat if config.mode == "qat" else ctx.backend.quantize_ptq
+    if config.fallback == "none":
+        return run(state, config, ctx)
     if config.mode == "qat":
-        return ctx.backend.quantize_qat(state, config, ctx)
-    return ctx.backend.quantize_ptq(state, config, ctx)
+        # The search re-quantizes once per candidate layer: with qat, one fine-tuning each.
+        raise RecipeError("quantize fallback: auto works with mode: ptq (it re-quantizes the "
+                          "model once per candidate layer); set mode: ptq or fallback: none")
+    from compressor.fallback import search_float_layers
+
+    return search_float_layers(state, run(state, config, ctx), config, ctx, run)

@@ -1,0 +1,103 @@
+"""Float layers inside an int8 (QDQ) ONNX model: the quantize fallback's layers.
+
+Two fixes on the converted graph:
+- float16 storage: converters fold float16 weights back into float32 constants; the weights
+  of float kernels are stored as float16 again, behind a Cast to float32.
+- onnxruntime (1.32, any optimization level above "disabled") re-quantizes a float MatMul
+  / Gemm whose input comes from DequantizeLinear and whose output goes to QuantizeLinear: it
+  treats the float weight as one it should quantize, per tensor, which undoes the fallback
+  (seen: accuracy 0.94 -> 0.08). Feeding the float layer the float activation from before
+  the QuantizeLinear -> DequantizeLinear pair avoids that pattern and skips one needless
+  rounding; the graph otherwise stays as converted.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+KERNEL_OPS = {"Conv": 1, "ConvTranspose": 1, "MatMul": 1, "Gemm": 1}
+LAYOUT_OPS = ("Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze")
+
+
+def float_kernel_nodes(proto: Any) -> list[Any]:
+    """Conv / MatMul / Gemm nodes whose weight is a float32 or float16 constant (not int8 + DQ)."""
+    import onnx
+
+    initializers = {init.name: init for init in proto.graph.initializer}
+    producers = {out: node for node in proto.graph.node for out in node.output}
+    floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
+    found = []
+    for node in proto.graph.node:
+        index = KERNEL_OPS.get(node.op_type)
+        if index is None or len(node.input) <= index:
+            continue
+        weight = node.input[index]
+        while weight in producers and producers[weight].op_type in ("Cast", "Transpose"):
+            weight = producers[weight].input[0]
+        if weight in initializers and initializers[weight].data_type in floats:
+            found.append(node)
+    return found
+
+
+def keep_float_kernels(proto: Any, dtype: str) -> None:
+    """Apply both fixes (see the module doc) to every float kernel of `proto`, in place."""
+    for node in float_kernel_nodes(proto):
+        _feed_float_activation(proto, node)
+        if dtype == "float16":
+            _store_weight_float16(proto, node)
+    _drop_unused(proto)
+
+
+def _feed_float_activation(proto: Any, node: Any) -> None:
+    """Bypass the QuantizeLinear -> DequantizeLinear pair on `node`'s activation input, looking
+    through layout-only ops (which work on float as on int8)."""
+    producers = {out: n for n in proto.graph.node for out in n.output}
+    consumer, position = node, 0
+    while True:
+        source = producers.get(consumer.input[position])
+        if source is None:
+            return
+        if source.op_type == "DequantizeLinear":
+            quantize = producers.get(source.input[0])
+            if quantize is not None and quantize.op_type == "QuantizeLinear":
+                consumer.input[position] = quantize.input[0]
+            return
+        if source.op_type not in LAYOUT_OPS:
+            return
+        consumer, position = source, 0
+
+
+def _store_weight_float16(proto: Any, node: Any) -> None:
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    initializers = {init.name: init for init in proto.graph.initializer}
+    name = node.input[KERNEL_OPS[node.op_type]]
+    weight = initializers.get(name)
+    if weight is None or weight.data_type != onnx.TensorProto.FLOAT:
+        return
+    values = numpy_helper.to_array(weight).astype(np.float16)
+    proto.graph.initializer.remove(weight)
+    proto.graph.initializer.append(numpy_helper.from_array(values, f"{name}_fp16"))
+    cast = onnx.helper.make_node("Cast", [f"{name}_fp16"], [name], name=f"{name}_to_float32",
+                                 to=onnx.TensorProto.FLOAT)
+    # Keep the graph topologically sorted: the Cast goes right before its first consumer.
+    nodes = proto.graph.node
+    first = next(i for i, n in enumerate(nodes) if name in n.input)
+    nodes.insert(first, cast)
+
+
+def _drop_unused(proto: Any) -> None:
+    """Remove nodes and initializers nothing reads any more (the bypassed Q / DQ pairs)."""
+    graph = proto.graph
+    outputs = {value.name for value in graph.output}
+    changed = True
+    while changed:
+        used = {name for node in graph.node for name in node.input} | outputs
+        dead = [node for node in graph.node if not any(out in used for out in node.output)]
+        for node in dead:
+            graph.node.remove(node)
+        changed = bool(dead)
+    used = {name for node in graph.node for name in node.input} | outputs
+    for init in [init for init in graph.initializer if init.name not in used]:
+        graph.initializer.remove(init)
