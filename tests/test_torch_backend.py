@@ -19,7 +19,6 @@ from compressor.backends.torch_backend import TorchBackend
 from compressor.context import Data, ModelState
 from compressor.data import digits
 from compressor.errors import BackendUnavailableError, DataError, ModelLoadError, RecipeError
-from compressor.passes.distill import DistillConfig
 from compressor.passes.precision import PrecisionConfig
 from compressor.passes.prune import PruneConfig
 from compressor.passes.quantize import QuantizeConfig
@@ -247,8 +246,6 @@ def test_predict_leaves_train_mode_as_it_was(backend, data):
 
 def test_unsupported_requests_raise_typed_errors(backend, ctx):
     state = ModelState(model=tm.digits_cnn())
-    with pytest.raises(BackendUnavailableError, match="not implemented for torch yet"):
-        backend.distill(state, DistillConfig(), ctx)
     with pytest.raises(BackendUnavailableError, match="use dtype: float16"):
         backend.to_precision(state, PrecisionConfig(dtype="bfloat16"), ctx)
     with pytest.raises(BackendUnavailableError, match="fallback: auto is not implemented"):
