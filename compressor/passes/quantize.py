@@ -29,13 +29,13 @@ class QuantizeConfig(TrainingConfig):
 
 @register_pass(QuantizeConfig)
 def quantize(state: ModelState, config: QuantizeConfig, ctx: Context) -> ModelState:
-    run = ctx.backend.quantize_qat if config.mode == "qat" else ctx.backend.quantize_ptq
-    if config.fallback == "none":
-        return run(state, config, ctx)
-    if config.mode == "qat":
+    if config.fallback == "auto" and config.mode == "qat":
         # The search re-quantizes once per candidate layer: with qat, one fine-tuning each.
         raise RecipeError("quantize fallback: auto works with mode: ptq (it re-quantizes the "
                           "model once per candidate layer); set mode: ptq or fallback: none")
+    run = ctx.backend.quantize_qat if config.mode == "qat" else ctx.backend.quantize_ptq
+    if config.fallback == "none":
+        return run(state, config, ctx)
     from compressor.fallback import search_float_layers
 
     return search_float_layers(state, run(state, config, ctx), config, ctx, run)
