@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compressor.backends.keras_env import import_tensorflow
-from compressor.errors import BackendUnavailableError
+from compressor.errors import BackendUnavailableError, RecipeError
 from compressor.export.quiet import captured_native_output, log_tail
 
 if TYPE_CHECKING:
@@ -93,10 +93,24 @@ def _tf2onnx(log: Path, kind: str, convert) -> Any:
 def _float16_onnx(proto: Any, precision: Any) -> Any:
     from onnxconverter_common import float16
 
-    blocked = [node.name for node in proto.graph.node
-               if any(fnmatch.fnmatch(node.name, pattern) for pattern in precision.exclude)]
+    matched = {pattern: [node.name for node in proto.graph.node
+                         if _names_layer(node.name, pattern)] for pattern in precision.exclude}
+    unmatched = [pattern for pattern, nodes in matched.items() if not nodes]
+    if unmatched:
+        raise RecipeError(f"precision exclude pattern(s) {', '.join(map(repr, unmatched))} match "
+                          "no node of the ONNX model; patterns match layer names (e.g. "
+                          "'dense_1', 'conv*') or whole node names")
+    blocked = sorted({name for nodes in matched.values() for name in nodes})
+    # onnxconverter-common keeps its default op block list (ops without float16 kernels) too.
     return float16.convert_float_to_float16(proto, keep_io_types=precision.keep_io_types,
                                             node_block_list=blocked or None)
+
+
+def _names_layer(node_name: str, pattern: str) -> bool:
+    """A node belongs to a layer if a part of its `model/layer/op` path (fused names joined
+    by ';') matches, or the whole name does."""
+    parts = [part for path in node_name.split(";") for part in path.split("/")]
+    return fnmatch.fnmatch(node_name, pattern) or any(fnmatch.fnmatch(p, pattern) for p in parts)
 
 
 def _require_int8_kernels(proto: Any, allowed_float: int = 0) -> None:

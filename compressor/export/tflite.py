@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from compressor.backends.keras_env import import_tensorflow
-from compressor.errors import BackendUnavailableError, DataError
+from compressor.errors import BackendUnavailableError, DataError, RecipeError
 from compressor.export.quiet import captured_native_output, log_tail
 
 if TYPE_CHECKING:
@@ -24,6 +24,8 @@ INT8_CACHE_KEY = "keras.int8_tflite"   # ctx.extras: the float-I/O int8 model, r
 def tflite_from_keras(state: ModelState, path: Path, ctx: Context) -> Path:
     if state.quantize is not None:
         content = int8_tflite(state, ctx, io_dtype=state.quantize.io_dtype)
+    elif state.precision is not None and state.precision.exclude:
+        content = _float16_except(state.model, state.precision, ctx)
     elif state.precision is not None:
         content = _convert(state.model, ctx, "float16", _float16_settings(state.precision))
     else:
@@ -81,10 +83,35 @@ def _mixed_int8(state: ModelState, ctx: Context, io_dtype: str, configure) -> by
                              lambda: _convert(state.model, ctx, "int8 calibration", calibrate_only))
 
 
+def _float16_except(model: Any, precision: Any, ctx: Context) -> bytes:
+    """float16 weights but for the `exclude`d layers: the converter has no per-layer option,
+    so the float32 model's other conv / dense weights are stored as float16 afterwards (the
+    form the converter gives them). Biases and other constants stay float32."""
+    from compressor.export.tflite_mixed import (
+        float16_weights,
+        kernel_layer_names,
+        layer_of,
+    )
+
+    _float16_settings(precision)   # the same refusals as a plain float16 conversion
+    excluded = excluded_layers(kernel_layer_names(model), precision.exclude)
+    content = _convert(model, ctx, "float32", lambda converter, tf: None)
+    return float16_weights(content, lambda weight: layer_of(weight, excluded) is None)
+
+
+def excluded_layers(layers: list[str], patterns: tuple[str, ...]) -> list[str]:
+    """The layers `exclude` patterns (fnmatch, e.g. "dense*") name; a pattern naming none is
+    almost always a typo, so it is refused."""
+    import fnmatch
+
+    unmatched = [p for p in patterns if not any(fnmatch.fnmatch(name, p) for name in layers)]
+    if unmatched:
+        raise RecipeError(f"precision exclude pattern(s) {', '.join(map(repr, unmatched))} match "
+                          f"no conv / dense layer; the layers are: {', '.join(layers)}")
+    return [name for name in layers if any(fnmatch.fnmatch(name, p) for p in patterns)]
+
+
 def _float16_settings(precision: Any):
-    if precision.exclude:
-        raise BackendUnavailableError("the TFLite float16 converter cannot keep chosen layers in "
-                                      "float32; remove `exclude` or export onnx only")
     if not precision.keep_io_types:
         raise BackendUnavailableError("TFLite float16 artifacts always keep float32 inputs and "
                                       "outputs; set keep_io_types: true or export onnx only")

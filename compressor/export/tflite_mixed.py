@@ -69,7 +69,8 @@ def mixed_int8_tflite(state: ModelState, ctx: Context, io_dtype: str,
         raise BackendUnavailableError(f"TFLite int8 quantization with float layers failed "
                                       f"({first_line}); set fallback: none") from None
     if state.float_layers and state.quantize.fallback_dtype == "float16":
-        content = float16_weights(content, lambda op_output: op_output in denied)
+        content = float16_weights(content,
+                                  lambda weight: layer_of(weight, state.float_layers) is not None)
     return bytes(content)
 
 
@@ -110,8 +111,8 @@ def _kernel_ops(content: bytes) -> list[tuple[str, str, str]]:
 
 
 def float16_weights(content: bytes, chosen: Callable[[str], bool]) -> bytes:
-    """Store the float32 weights of the conv / dense ops `chosen(output name)` picks as float16,
-    each behind a DEQUANTIZE op that restores float32 at load time."""
+    """Store the float32 weights of the conv / dense ops `chosen(weight tensor name)` picks as
+    float16, each behind a DEQUANTIZE op that restores float32 at load time."""
     from tensorflow.lite.python import schema_py_generated as schema
     from tensorflow.lite.tools import flatbuffer_utils
 
@@ -121,8 +122,7 @@ def float16_weights(content: bytes, chosen: Callable[[str], bool]) -> bytes:
         operators = []
         for op in graph.operators:
             name = flatbuffer_utils.opcode_to_name(model, op.opcodeIndex)
-            output = graph.tensors[op.outputs[0]].name.decode()
-            if name in KERNEL_OPS and chosen(output):
+            if name in KERNEL_OPS and chosen(graph.tensors[op.inputs[1]].name.decode()):
                 operators += _float16_weight(model, graph, op, dequantize, schema)
             operators.append(op)
         graph.operators = operators

@@ -6,6 +6,7 @@ from typing import Literal
 from pydantic import Field
 
 from compressor.context import Context, ModelState
+from compressor.errors import BackendUnavailableError
 from compressor.registry import StepConfig, register_pass
 
 
@@ -16,6 +17,19 @@ class PrecisionConfig(StepConfig):
     exclude: tuple[str, ...] = Field((), description="layer-name patterns kept in float32")
 
 
+# Why each export format cannot deliver bfloat16 (checked on this stack, see tests).
+BFLOAT16_BLOCKERS = {
+    "tflite": "TFLite has no bfloat16 weight type (its converter offers float16 only)",
+    "onnx": "ONNX can store bfloat16, but onnxruntime's CPU provider has no bfloat16 MatMul / "
+            "Gemm / Conv kernels, so the artifact could not be run or validated",
+}
+
+
 @register_pass(PrecisionConfig)
 def precision(state: ModelState, config: PrecisionConfig, ctx: Context) -> ModelState:
+    if config.dtype == "bfloat16":
+        formats = ctx.formats or tuple(BFLOAT16_BLOCKERS)
+        reasons = "; ".join(f"{fmt}: {BFLOAT16_BLOCKERS[fmt]}" for fmt in formats)
+        raise BackendUnavailableError(f"precision dtype bfloat16 cannot be exported ({reasons}); "
+                                      "use dtype: float16")
     return ctx.backend.to_precision(state, config, ctx)
