@@ -248,8 +248,6 @@ def test_unsupported_requests_raise_typed_errors(backend, ctx):
     state = ModelState(model=tm.digits_cnn())
     with pytest.raises(BackendUnavailableError, match="use dtype: float16"):
         backend.to_precision(state, PrecisionConfig(dtype="bfloat16"), ctx)
-    with pytest.raises(BackendUnavailableError, match="fallback: auto is not implemented"):
-        backend.quantize_ptq(state, QuantizeConfig(mode="ptq", fallback="auto"), ctx)
     quantized = state.replace(quantize=QuantizeConfig(mode="qat"))
     with pytest.raises(RecipeError, match="put quantize last"):
         backend.prune(quantized, PruneConfig(sparsity=0.3), ctx)
@@ -330,6 +328,20 @@ def test_int8_artifacts_have_float_io_and_a_dynamic_onnx_batch(int8_prune30):
     for info in (tflite, onnx):
         assert [d["dtype"] for d in info.inputs + info.outputs] == ["float32", "float32"]
     assert onnx.inputs[0]["shape"] == [-1, 1, 8, 8]
+
+
+@slow
+def test_int8_tflite_computes_conv_and_linear_in_int8(int8_prune30):
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=str(int8_prune30["tflite"]))
+    tensors = {t["index"]: t for t in interpreter.get_tensor_details()}
+    kernel_ops = [op for op in interpreter._get_ops_details()   # LiteRT's only op listing
+                  if op["op_name"] in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")]
+    assert len(kernel_ops) == 4
+    for op in kernel_ops:
+        assert tensors[op["inputs"][0]]["dtype"] == np.int8, op["op_name"]
+        assert tensors[op["outputs"][0]]["dtype"] == np.int8, op["op_name"]
 
 
 @slow
