@@ -12,7 +12,8 @@ import importlib
 from typing import Any
 
 from compressor.errors import (AccuracyGateError, BackendUnavailableError, CompressorError,
-                               DataError, DeviceBudgetError, ModelLoadError, RecipeError)
+                               DataError, DeviceBudgetError, ModelLoadError, RecipeError,
+                               UsageError)
 
 __version__ = "0.1.0"
 
@@ -21,6 +22,8 @@ _LAZY = {
     "Data": "compressor.context",
     "Result": "compressor.pipeline",
     "compress": "compressor.pipeline",
+    "prepare": "compressor.training_run",
+    "TrainingRun": "compressor.training_run",
     "Recipe": "compressor.recipe",
     "load_recipe": "compressor.recipe",
     "builtin_names": "compressor.recipe",
@@ -30,7 +33,7 @@ _LAZY = {
 
 __all__ = [
     "AccuracyGateError", "BackendUnavailableError", "CompressorError", "DataError",
-    "DeviceBudgetError", "ModelLoadError", "RecipeError", *_LAZY,
+    "DeviceBudgetError", "ModelLoadError", "RecipeError", "UsageError", *_LAZY,
 ]
 
 

@@ -6,6 +6,7 @@ distribution strategy / process group can wrap model, data and optimizer later.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from compressor.passes.precision import PrecisionConfig
     from compressor.passes.prune import PruneConfig
     from compressor.passes.quantize import QuantizeConfig
+    from compressor.registry import StepConfig
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,26 @@ class ModelInfo:
     input_dtype: str                      # numpy dtype name, e.g. "float32" or "int64"
     output_shape: tuple[int | None, ...]
     size_bytes: int                       # float32 weight bytes (params x 4 for fp32 models)
+
+
+@dataclass
+class UserTraining:
+    """A recipe step handed to the user's own training loop (see compressor.training_run).
+
+    `model` is what the user trains (pruning wrappers / masks, fake-quant ranges in place);
+    `callbacks` go to Keras `fit`; `loss(outputs, target, inputs=None)` is the step's loss for
+    PyTorch loops (the task loss, plus the teacher's term while distilling); `after_step(n)`
+    runs after the user's n-th optimizer step (pruning schedule, masks). `state` and `step`
+    are where it started; `backend_state` is what the backend keeps until `end_user_training`.
+    """
+
+    state: ModelState
+    step: StepConfig | None          # None: plain fine-tuning of a trainable copy
+    model: Any
+    callbacks: tuple[Any, ...] = ()
+    loss: Callable[..., Any] | None = None
+    after_step: Callable[[int], None] | None = None
+    backend_state: Any = None
 
 
 class Backend(Protocol):
@@ -64,3 +86,12 @@ class Backend(Protocol):
 
     def export(self, state: ModelState, fmt: str, path: Path, ctx: Context) -> Path:
         """Write the artifact for `fmt` ("tflite" | "onnx") at `path`; return it."""
+
+    def start_user_training(self, state: ModelState, step: StepConfig | None, ctx: Context,
+                            steps_per_epoch: int | None = None) -> UserTraining:
+        """Set up `step` (prune, qat quantize or distill; None: plain fine-tuning) for the user's
+        loop instead of the backend's; its schedule spans `step.epochs` x `steps_per_epoch`
+        optimizer steps (default: the training split in batches of `step.batch_size`)."""
+
+    def end_user_training(self, training: UserTraining, ctx: Context) -> ModelState:
+        """The state as `step`'s pass would leave it: wrappers stripped, final masks applied."""

@@ -15,11 +15,13 @@ from compressor.backends.base import ModelInfo
 from compressor.errors import BackendUnavailableError, ModelLoadError, RecipeError
 
 if TYPE_CHECKING:
+    from compressor.backends.base import UserTraining
     from compressor.context import Context, ModelState
     from compressor.passes.distill import DistillConfig
     from compressor.passes.precision import PrecisionConfig
     from compressor.passes.prune import PruneConfig
     from compressor.passes.quantize import QuantizeConfig
+    from compressor.registry import StepConfig
 
 FLOAT32_BYTES = 4
 
@@ -117,6 +119,17 @@ class KerasBackend:
                               "convert: an artifact is either int8 or float16; remove one of "
                               "the steps")
         return state.replace(precision=config)
+
+    def start_user_training(self, state: ModelState, step: StepConfig | None, ctx: Context,
+                            steps_per_epoch: int | None = None) -> UserTraining:
+        from compressor.backends.keras_user_loop import start_user_training
+
+        return start_user_training(state, step, ctx, steps_per_epoch)
+
+    def end_user_training(self, training: UserTraining, ctx: Context) -> ModelState:
+        from compressor.backends.keras_user_loop import end_user_training
+
+        return end_user_training(training, ctx)
 
     def export(self, state: ModelState, fmt: str, path: Path, ctx: Context) -> Path:
         from compressor.export import export_keras

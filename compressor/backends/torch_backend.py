@@ -16,11 +16,13 @@ from compressor.backends.torch_env import require
 from compressor.errors import BackendUnavailableError, ModelLoadError, RecipeError
 
 if TYPE_CHECKING:
+    from compressor.backends.base import UserTraining
     from compressor.context import Context, ModelState
     from compressor.passes.distill import DistillConfig
     from compressor.passes.precision import PrecisionConfig
     from compressor.passes.prune import PruneConfig
     from compressor.passes.quantize import QuantizeConfig
+    from compressor.registry import StepConfig
 
 ONNX_EXAMPLE_ROWS = 2   # the dynamo exporter keeps a batch of 2+ dynamic (1 is specialized)
 
@@ -96,6 +98,17 @@ class TorchBackend:
                               "the steps")
         # The model stays float32; the exporters store float16 weights behind float32 I/O.
         return state.replace(precision=config)
+
+    def start_user_training(self, state: ModelState, step: StepConfig | None, ctx: Context,
+                            steps_per_epoch: int | None = None) -> UserTraining:
+        from compressor.backends.torch_user_loop import start_user_training
+
+        return start_user_training(state, step, ctx, steps_per_epoch)
+
+    def end_user_training(self, training: UserTraining, ctx: Context) -> ModelState:
+        from compressor.backends.torch_user_loop import end_user_training
+
+        return end_user_training(training, ctx)
 
     def export(self, state: ModelState, fmt: str, path: Path, ctx: Context) -> Path:
         from compressor.backends.torch_infer import example_input

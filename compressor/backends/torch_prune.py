@@ -121,7 +121,7 @@ def magnitude_masks(kernels: dict[str, torch.nn.Parameter], sparsity: float) -> 
     masks = {}
     for name, weight in kernels.items():
         count = int(round(sparsity * weight.numel()))
-        mask = torch.ones(weight.numel(), dtype=torch.bool)
+        mask = torch.ones(weight.numel(), dtype=torch.bool, device=weight.device)
         if count:
             smallest = torch.topk(weight.detach().abs().flatten(), count, largest=False).indices
             mask[smallest] = False
