@@ -65,8 +65,7 @@ def user_loop(backend, run, train, epochs=2, lr=1e-3):
     if backend == "keras":
         import tf_keras as keras
 
-        run.model.compile(keras.optimizers.Adam(lr),
-                          keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        run.model.compile(keras.optimizers.Adam(lr), _keras_loss())
         run.model.fit(train, epochs=epochs, callbacks=run.callbacks, verbose=0)
         return
     import torch
@@ -104,6 +103,8 @@ def _artifact(result, fmt):
 @pytest.mark.parametrize("fmt", ["tflite", "onnx"])
 def test_user_loop_matches_compress(runs, fmt):
     ours, theirs = _artifact(runs["prepare"], fmt), _artifact(runs["compress"], fmt)
+    print(f"{fmt}: prepare/finalize {ours['metric_value']:.4f} (sparsity {ours['sparsity']:.4f}),"
+          f" compress {theirs['metric_value']:.4f} (sparsity {theirs['sparsity']:.4f})")
     assert runs["prepare"].passed and runs["compress"].passed
     assert abs(ours["metric_value"] - theirs["metric_value"]) <= 0.01, (ours, theirs)
     assert ours["drop"] <= 0.01
@@ -137,6 +138,24 @@ def test_a_finalized_run_refuses_more_calls(runs, tmp_path):
     assert not (tmp_path / "again").exists()
 
 
+@pytest.mark.slow
+def test_qat_recipe_trains_the_fake_quant_model_in_the_loop(backend, trained, data, tmp_path):
+    run = cz.prepare(trained, "int8_qat", data=data, steps=10, formats=("onnx",), **FAST)
+    assert run.loop_step.kind == "quantize"
+    batches = [_batch(backend, *data.train, i) for i in range(10)]
+    if backend == "keras":   # one fit over the 10 batches
+        batches = (np.concatenate([b[0] for b in batches]), np.concatenate([b[1] for b in batches]))
+        run.model.compile("adam", _keras_loss())
+        run.model.fit(*batches, batch_size=BATCH, epochs=1, callbacks=run.callbacks, verbose=0)
+    else:   # .train() on the exported fake-quant graph works through the wrapper
+        user_loop(backend, run, batches, epochs=1)
+    result = run.finalize(out_dir=tmp_path / "qat")
+    artifact = result.report["artifacts"][0]
+    assert artifact["metric_value"] >= result.report["baseline"]["value"] - 0.02, artifact
+    kernels = [w for w in inspect_artifact(result.artifacts["onnx"]).weights if w.is_kernel]
+    assert {w.dtype for w in kernels} == {"int8"}
+
+
 def test_custom_loop_with_steps_reaches_the_sparsity(backend, untrained, data):
     """steps= sets the schedule; a GradientTape loop (Keras) or a plain loop (PyTorch)."""
     run = cz.prepare(untrained, "int8_prune30", data=data, steps=12, **FAST)
@@ -144,7 +163,7 @@ def test_custom_loop_with_steps_reaches_the_sparsity(backend, untrained, data):
     if backend == "keras":
         _gradient_tape_loop(run, x, y, steps=12)
     else:
-        user_loop(backend, run, [_torch_batch(x, y, i) for i in range(12)], epochs=1)
+        user_loop(backend, run, [_batch(backend, x, y, i) for i in range(12)], epochs=1)
     assert run.steps_taken == 12
     assert _masked_fraction(backend, run.model) == pytest.approx(0.30, abs=0.01)
     run.close()
@@ -192,7 +211,7 @@ def test_distill_step(backend, untrained, data):
 
     run = cz.prepare(untrained, "int8_prune30_kd", data=data, teacher=untrained, **FAST)
     assert run.loop_step.kind == "distill"
-    x, y = _torch_batch(*data.train, 0)
+    x, y = _batch(backend, *data.train, 0)
     with pytest.raises(UsageError, match="inputs=x"):
         run.loss(run.model(x), y)
     # The student is a copy of the teacher: the KD term is zero, the label term is not.
@@ -205,11 +224,19 @@ def test_distill_step(backend, untrained, data):
 
 # ---------------------------------------------------------------------------------- helpers
 
-def _torch_batch(x, y, index):
+def _batch(backend, x, y, index):
+    rows = slice(index * BATCH, (index + 1) * BATCH)
+    if backend == "keras":
+        return x[rows], y[rows]
     import torch
 
-    rows = slice(index * BATCH, (index + 1) * BATCH)
     return torch.from_numpy(x[rows]), torch.from_numpy(y[rows])
+
+
+def _keras_loss():
+    import tf_keras as keras
+
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
 def _gradient_tape_loop(run, x, y, steps):
@@ -217,7 +244,7 @@ def _gradient_tape_loop(run, x, y, steps):
     import tf_keras as keras
 
     optimizer = keras.optimizers.Adam(1e-3)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    loss_fn = _keras_loss()
     for index in range(steps):
         rows = slice(index * BATCH, (index + 1) * BATCH)
         with tf.GradientTape() as tape:
