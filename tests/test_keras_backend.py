@@ -22,7 +22,6 @@ from compressor.errors import (
     ModelLoadError,
     RecipeError,
 )
-from compressor.passes.distill import DistillConfig
 from compressor.passes.precision import PrecisionConfig
 from compressor.passes.prune import PruneConfig
 from compressor.passes.quantize import QuantizeConfig
@@ -153,8 +152,6 @@ def test_unsupported_requests_raise_typed_errors(backend, tmp_path):
     state = ModelState(model=object())
     with pytest.raises(BackendUnavailableError, match="use dtype: float16"):
         backend.to_precision(state, PrecisionConfig(dtype="bfloat16"), ctx)
-    with pytest.raises(BackendUnavailableError, match="not implemented for keras yet"):
-        backend.distill(state, DistillConfig(), ctx)
     fp16_state = state.replace(precision=PrecisionConfig())
     with pytest.raises(RecipeError, match="either int8 or float16"):
         backend.quantize_ptq(fp16_state, QuantizeConfig(mode="ptq"), ctx)

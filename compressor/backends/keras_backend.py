@@ -84,7 +84,7 @@ class KerasBackend:
         from compressor.backends.keras_optimize import pruned_model
 
         _refuse_after_quantize(state, "prune")
-        return state.replace(model=pruned_model(state.model, config, ctx),
+        return state.replace(model=pruned_model(state.model, config, ctx, state.distill),
                              sparsity=config.sparsity)
 
     def quantize_qat(self, state: ModelState, config: QuantizeConfig, ctx: Context) -> ModelState:
@@ -92,7 +92,7 @@ class KerasBackend:
 
         _check_quantize(state, config)
         preserve = config.preserve_sparsity and state.sparsity > 0
-        model = quantization_aware_model(state.model, config, preserve, ctx)
+        model = quantization_aware_model(state.model, config, preserve, ctx, state.distill)
         return state.replace(model=model, quantize=config)
 
     def quantize_ptq(self, state: ModelState, config: QuantizeConfig, ctx: Context) -> ModelState:
@@ -107,8 +107,11 @@ class KerasBackend:
         return kernel_layer_names(state.model)
 
     def distill(self, state: ModelState, config: DistillConfig, ctx: Context) -> ModelState:
-        raise BackendUnavailableError("distillation is not implemented for keras yet; remove "
-                                      "the distill step or use the torch backend")
+        """Train with the KD loss; `distill` stays set so later pruning / QAT keep using it."""
+        from compressor.backends.keras_distill import distilled_model
+
+        model = distilled_model(state.model, config, state.sparsity > 0, ctx)
+        return state.replace(model=model, distill=config)
 
     def to_precision(self, state: ModelState, config: PrecisionConfig, ctx: Context) -> ModelState:
         if config.dtype == "bfloat16":

@@ -12,14 +12,17 @@ from compressor.errors import BackendUnavailableError
 
 if TYPE_CHECKING:
     from compressor.context import Context
+    from compressor.passes.distill import DistillConfig
     from compressor.passes.prune import PruneConfig
     from compressor.passes.quantize import QuantizeConfig
 
 MASK_UPDATES = 10   # how many times the pruning mask is recomputed while sparsity ramps up
 
 
-def pruned_model(model: Any, config: PruneConfig, ctx: Context) -> Any:
-    """A copy of `model` whose prunable kernels are `config.sparsity` zeros, fine-tuned."""
+def pruned_model(model: Any, config: PruneConfig, ctx: Context,
+                 distill: DistillConfig | None = None) -> Any:
+    """A copy of `model` whose prunable kernels are `config.sparsity` zeros, fine-tuned
+    (with the teacher's KD loss while `distill` is set)."""
     if config.epochs == 0:
         return _one_shot_pruned(clone_keras_model(model), config.sparsity)
     tfmot = import_tfmot()
@@ -28,15 +31,16 @@ def pruned_model(model: Any, config: PruneConfig, ctx: Context) -> Any:
     # The copy is made inside the build function, so a strategy scope covers its variables.
     trained = fine_tune(lambda: _with_pruning_wrappers(clone_keras_model(model), schedule, tfmot),
                         model, config, ctx, description,
-                        callbacks=[tfmot.sparsity.keras.UpdatePruningStep()])
+                        callbacks=[tfmot.sparsity.keras.UpdatePruningStep()], distill=distill)
     return tfmot.sparsity.keras.strip_pruning(trained)
 
 
 def quantization_aware_model(model: Any, config: QuantizeConfig, preserve_sparsity: bool,
-                             ctx: Context) -> Any:
-    """A QAT copy of `model` (fake-quant int8), fine-tuned for `config.epochs`."""
+                             ctx: Context, distill: DistillConfig | None = None) -> Any:
+    """A QAT copy of `model` (fake-quant int8), fine-tuned for `config.epochs` (with the
+    teacher's KD loss while `distill` is set)."""
     return fine_tune(lambda: _with_fake_quant(clone_keras_model(model), preserve_sparsity),
-                     model, config, ctx, "int8 quantization-aware training")
+                     model, config, ctx, "int8 quantization-aware training", distill=distill)
 
 
 def _pruning_schedule(tfmot: Any, config: PruneConfig, steps: int) -> Any:
