@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from compressor import validate
-from compressor.backends import Backend, ModelInfo, backend_for
+from compressor.backends import Backend, ModelInfo, backend_for, framework_of
 from compressor.context import Context, Data, ModelState
 from compressor.data import check_matches_model, load_data
-from compressor.errors import DataError, RecipeError
+from compressor.errors import DataError, ModelLoadError, RecipeError
 from compressor.progress import Progress
 from compressor.recipe import Recipe, load_recipe
 from compressor.registry import StepConfig, get_pass
@@ -55,6 +55,7 @@ class Session:
     target: str | None
     reference_outputs: np.ndarray
     baseline_value: float
+    teacher: dict[str, Any] | None = None   # the report's teacher entry, for distill recipes
     options: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -85,9 +86,11 @@ def open_session(model: Any, recipe: str | Path | Recipe, data: Any = "digits", 
     backend = backend_for(model)
     loaded = backend.load(model, weights=weights, trust_pickle=trust_pickle)
     teacher_model = None
-    if teacher is not None:
-        teacher_model = backend_for(teacher).load(teacher, weights=teacher_weights,
-                                                  trust_pickle=trust_pickle)
+    if teacher is not None and recipe.needs_teacher:   # recipes without distill ignore it
+        if framework_of(teacher) != backend.name:
+            raise ModelLoadError(f"the teacher is a {framework_of(teacher)} model and the student "
+                                 f"a {backend.name} one; distil between models of one framework")
+        teacher_model = backend.load(teacher, weights=teacher_weights, trust_pickle=trust_pickle)
     data = load_data(data, backend.image_layout, backend.name)
     if data.val is None:
         raise DataError("validation needs a val split (x_val, y_val); the artifacts are checked on it")
@@ -96,18 +99,28 @@ def open_session(model: Any, recipe: str | Path | Recipe, data: Any = "digits", 
                         "(x_train, y_train)")
     info = backend.describe(loaded, example=np.asarray(data.val[0][:2]))
     check_matches_model(data, info.input_shape, info.input_dtype)
+    if teacher_model is not None:
+        teacher_info = _check_teacher_shapes(backend, loaded, info, teacher_model, data)
 
     progress = Progress(quiet=quiet)
     workdir = Path(tempfile.mkdtemp(prefix="compressor-work-"))
     reference = backend.predict(loaded, np.asarray(data.val[0]))
     validation = recipe.validation
     baseline = validate.metric_value(metric or validation.metric, reference, data.val[1], reference)
+    teacher_entry = None
+    if teacher_model is not None:
+        teacher_outputs = backend.predict(teacher_model, np.asarray(data.val[0]))
+        teacher_entry = {"model": _describe_ref(teacher), "params": teacher_info.params,
+                         "metric_value": validate.metric_value(metric or validation.metric,
+                                                               teacher_outputs, data.val[1],
+                                                               reference)}
     ctx = Context(data=data, backend=backend, progress=progress, workdir=workdir, seed=seed,
                   teacher=teacher_model, validation=validation, metric=metric,
                   reference_outputs=reference, baseline_value=baseline, formats=formats)
     session = Session(recipe=recipe, backend=backend, model=loaded, model_ref=_describe_ref(model),
                       info=info, data=data, ctx=ctx, out_dir=out, force=force, formats=formats,
                       target=target, reference_outputs=reference, baseline_value=baseline,
+                      teacher=teacher_entry,
                       options={"latency": latency, "threads": threads, "metric": metric})
     session.timings["load"] = time.perf_counter() - started
     return session
@@ -237,6 +250,7 @@ def build_report(session: Session, rows: list[dict[str, Any]], verdict: dict[str
         "data": session.data.name,
         "baseline": {"metric": _metric_name(session), "value": session.baseline_value,
                      "size_bytes": session.info.size_bytes, "params": session.info.params},
+        "teacher": session.teacher,
         "artifacts": rows,
         "gate": {"max_drop": validation.max_drop, "min_fidelity": validation.min_fidelity,
                  "passed": verdict["gate_passed"]},
@@ -247,6 +261,26 @@ def build_report(session: Session, rows: list[dict[str, Any]], verdict: dict[str
         "versions": package_versions(),
         **session.options.get("report_extras", {}),
     }
+
+
+def _check_teacher_shapes(backend: Backend, student: Any, info: ModelInfo, teacher: Any,
+                          data: Data) -> ModelInfo:
+    """Teacher and student must read the same inputs and give the same outputs (2 val rows)."""
+    rows = np.asarray(data.val[0][:2])
+    student_out = (None, *backend.predict(student, rows).shape[1:])
+    try:
+        teacher_info = backend.describe(teacher, example=rows)
+    except DataError as exc:
+        raise ModelLoadError(f"the teacher cannot run the student's inputs (student "
+                             f"{info.input_shape} -> {student_out}): {exc}") from None
+    teacher_out = (teacher_info.output_shape if teacher_info.input_shape != info.input_shape
+                   else (None, *backend.predict(teacher, rows).shape[1:]))
+    if teacher_info.input_shape != info.input_shape or teacher_out != student_out:
+        raise ModelLoadError(
+            "the teacher and the student must agree on input and output shapes: student "
+            f"{info.input_shape} -> {student_out}, teacher {teacher_info.input_shape} -> "
+            f"{teacher_out}; distil from a teacher trained on the same inputs and outputs")
+    return teacher_info
 
 
 def _metric_name(session: Session) -> str:

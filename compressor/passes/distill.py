@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import Field
 
 from compressor.context import Context, ModelState
+from compressor.errors import RecipeError
 from compressor.registry import TrainingConfig, register_pass
 
 
@@ -23,4 +24,11 @@ class DistillConfig(TrainingConfig):
 
 @register_pass(DistillConfig)
 def distill(state: ModelState, config: DistillConfig, ctx: Context) -> ModelState:
+    if ctx.teacher is None:
+        raise RecipeError("a distill step needs a teacher model; pass --teacher MODEL "
+                          "(or teacher=... in Python)")
+    if state.quantize is not None and state.quantize.mode == "ptq":
+        # A ptq state's int8 ranges come from calibration: training after it would void them.
+        raise RecipeError("a distill step after a ptq quantize step would change the model its "
+                          "int8 ranges were calibrated on; put distill before quantize")
     return ctx.backend.distill(state, config, ctx)
