@@ -2,7 +2,7 @@
 
 `compress --recipe int8_prune30` on the digits nets vs the baseline script doing the same
 epochs on the same data and making the same artifact (Keras: .tflite, PyTorch: .onnx, each
-evaluated on the val split), whole process, run A B A B; medians of wall time and peak RSS.
+evaluated on the val split), whole process, run A B, B A, A B; medians of wall time, CPU time and peak RSS.
 Also `compress --help` wall time and `import compressor` time.
 """
 from __future__ import annotations
@@ -24,6 +24,15 @@ IMPORT_SNIPPET = ("import time; t = time.perf_counter(); import compressor; "
                   "print(time.perf_counter() - t)")
 
 
+def _one_run(side: str, framework: str, entry: dict, where, torch_form: str):
+    fmt = BASELINE_FORMAT[framework]
+    if side == "toolkit":
+        return run_toolkit(framework, entry, "int8_prune30", "digits", where / "toolkit",
+                           formats=fmt, torch_form=torch_form)
+    return run_baseline(framework, entry, ["int8_prune30"], "digits", where / "baseline",
+                        evaluate=True)
+
+
 def compare(models: dict, log, repeats: int, torch_form: str, nets=NETS) -> tuple[list, list]:
     rows, errors = [], []
     for net, framework in nets:
@@ -31,30 +40,25 @@ def compare(models: dict, log, repeats: int, torch_form: str, nets=NETS) -> tupl
         if entry is None:
             errors.append(f"{net}/{framework}: model was not prepared")
             continue
-        fmt = BASELINE_FORMAT[framework]
         where = ARTIFACTS / "overhead" / f"{net}_{framework}"
-        toolkit, baseline = [], []
-        for i in range(repeats):   # A B A B
-            log(f"overhead {net}/{framework}: toolkit int8_prune30 --format {fmt} ({i + 1}/{repeats})")
-            tk = run_toolkit(framework, entry, "int8_prune30", "digits", where / "toolkit",
-                             formats=fmt, torch_form=torch_form)
-            toolkit.append(tk.summary())
-            if tk.error:
-                errors.append(f"{net}/{framework} toolkit: {tk.error}")
-            log(f"overhead {net}/{framework}: baseline int8_prune30 ({i + 1}/{repeats})")
-            base = run_baseline(framework, entry, ["int8_prune30"], "digits", where / "baseline",
-                                evaluate=True)
-            baseline.append(base.summary())
-            if base.error:
-                errors.append(f"{net}/{framework} baseline: {base.error}")
-        row = {"net": net, "framework": framework, "format": fmt, "repeats": repeats,
-               "toolkit_runs": toolkit, "baseline_runs": baseline}
-        for side, runs in (("toolkit", toolkit), ("baseline", baseline)):
-            ok = [r for r in runs if "error" not in r]
+        runs = {"toolkit": [], "baseline": []}
+        for i in range(repeats):   # A B, B A, A B, ...: neither side always runs first
+            for side in ("toolkit", "baseline") if i % 2 == 0 else ("baseline", "toolkit"):
+                log(f"overhead {net}/{framework}: {side} int8_prune30 ({i + 1}/{repeats})")
+                done = _one_run(side, framework, entry, where, torch_form)
+                runs[side].append(done.summary())
+                if done.error:
+                    errors.append(f"{net}/{framework} {side}: {done.error}")
+        row = {"net": net, "framework": framework, "format": BASELINE_FORMAT[framework],
+               "repeats": repeats, "toolkit_runs": runs["toolkit"], "baseline_runs": runs["baseline"]}
+        for side, side_runs in runs.items():
+            ok = [r for r in side_runs if "error" not in r]
             row[f"{side}_ok_runs"] = len(ok)
             row[f"{side}_wall_s"] = median(r["process"]["wall_s"] for r in ok)
+            row[f"{side}_cpu_s"] = median(r["process"]["cpu_s"] for r in ok)
             row[f"{side}_peak_rss_mb"] = median(r["process"]["peak_rss_mb"] for r in ok)
         row["wall_ratio"] = ratio(row["toolkit_wall_s"], row["baseline_wall_s"], 3)
+        row["cpu_ratio"] = ratio(row["toolkit_cpu_s"], row["baseline_cpu_s"], 3)
         row["rss_ratio"] = ratio(row["toolkit_peak_rss_mb"], row["baseline_peak_rss_mb"], 3)
         rows.append(row)
     return rows, errors
@@ -85,7 +89,7 @@ def startup(repeats: int) -> tuple[dict, list]:
     return result, errors
 
 
-def run(models: dict, log, repeats: int = 2, torch_form: str = "pt2", nets=NETS) -> dict:
+def run(models: dict, log, repeats: int = 3, torch_form: str = "pt2", nets=NETS) -> dict:
     log("overhead: compress --help and import compressor")
     start, errors = startup(repeats=max(5, repeats))
     rows, more = compare(models, log, repeats, torch_form, nets)

@@ -46,8 +46,10 @@ def run(models: dict, log, nets=NETS) -> dict:
             "net": net, "params": entry.get("params"),
             "toolkit_ok": tk.error is None, "baseline_ok": base.error is None,
             "toolkit_wall_s": _ok(tk, round(tk.process.wall_s, 3)),
+            "toolkit_cpu_s": _ok(tk, round(tk.process.cpu_s, 3)),
             "toolkit_peak_rss_mb": _ok(tk, round(tk.process.peak_rss_mb, 1)),
             "baseline_wall_s": _ok(base, round(base.process.wall_s, 3)),
+            "baseline_cpu_s": _ok(base, round(base.process.cpu_s, 3)),
             "baseline_peak_rss_mb": _ok(base, round(base.process.peak_rss_mb, 1)),
             "wall_ratio": _ok(tk, _ok(base, ratio(tk.process.wall_s, base.process.wall_s, 3))),
             "toolkit_timings_s": (tk.report or {}).get("timings_s"),
@@ -57,10 +59,12 @@ def run(models: dict, log, nets=NETS) -> dict:
     params = [r["params"] for r in ok]
     growth = {
         "toolkit_wall_slope": slope(params, [r["toolkit_wall_s"] for r in ok]),
+        "toolkit_cpu_slope": slope(params, [r["toolkit_cpu_s"] for r in ok]),
         "toolkit_rss_slope": slope(params, [r["toolkit_peak_rss_mb"] for r in ok]),
         "baseline_wall_slope": slope([r["params"] for r in rows if r["baseline_ok"]],
                                      [r["baseline_wall_s"] for r in rows if r["baseline_ok"]]),
         "toolkit_marginal_wall_slope": marginal_slope(ok, "toolkit_wall_s"),
+        "toolkit_marginal_cpu_slope": marginal_slope(ok, "toolkit_cpu_s"),
         "toolkit_marginal_rss_slope": marginal_slope(ok, "toolkit_peak_rss_mb"),
     }
     return {"rows": rows, "growth": growth, "errors": errors}

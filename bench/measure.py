@@ -1,7 +1,7 @@
-"""Whole-process measurements: wall time and peak RSS of one child process, artifact sizes.
+"""Whole-process measurements: wall time, CPU time and peak RSS of one child, artifact sizes.
 
-Peak RSS comes from os.wait4's rusage for that one child (ru_maxrss, which on Linux also
-covers the child's own waited-for children), so no psutil and no /usr/bin/time.
+Peak RSS and CPU time come from os.wait4's rusage for that one child (on Linux these also
+cover the child's own waited-for children), so no psutil and no /usr/bin/time.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ class ProcessRun:
     cmd: list[str]
     returncode: int
     wall_s: float
+    cpu_s: float              # user + system CPU seconds (less sensitive to other load than wall)
     peak_rss_mb: float
     stdout: str
     stderr_tail: str
@@ -39,6 +40,7 @@ class ProcessRun:
         data.pop("stdout")
         data["cmd"] = " ".join(self.cmd)
         data["wall_s"] = round(self.wall_s, 3)
+        data["cpu_s"] = round(self.cpu_s, 3)
         data["peak_rss_mb"] = round(self.peak_rss_mb, 1)
         return data
 
@@ -75,7 +77,7 @@ def run_process(cmd: list[str], timeout: float = 900, env: dict | None = None,
     for suffix in (".out", ".err"):
         Path(f"{out_path}{suffix}").unlink(missing_ok=True)
     return ProcessRun(cmd=[str(c) for c in cmd], returncode=proc.returncode, wall_s=wall,
-                      peak_rss_mb=usage.ru_maxrss / 1024, stdout=stdout,
+                      cpu_s=usage.ru_utime + usage.ru_stime, peak_rss_mb=usage.ru_maxrss / 1024, stdout=stdout,
                       stderr_tail=_tail(stderr), timed_out=killed.is_set())
 
 

@@ -42,7 +42,9 @@ def evaluate(paths: list[str], data: str) -> list[dict]:
         row = {"path": str(path)}
         try:
             info = inspect_artifact(path)
-            row.update(artifact_sizes(path), weight_dtypes=info.weight_dtypes,
+            weight_bytes = sum(w.size * np.dtype(w.dtype).itemsize for w in info.weights)
+            row.update(artifact_sizes(path), weight_bytes=int(weight_bytes),
+                       weight_dtypes=info.weight_dtypes,
                        sparsity=round(info.sparsity, 4), params=info.params,
                        input_shape=[d if isinstance(d, int) else None for d in info.inputs[0]["shape"]])
             if data == "digits":

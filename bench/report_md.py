@@ -64,69 +64,84 @@ def size_section(size: dict) -> list[str]:
                       "weights"], base))
 
 
-def speed_section(speed: dict) -> list[str]:
+def speed_section(speed: dict, cpu: dict) -> list[str]:
     rows = [[s["net"], s["runtime"], s["threads"], s["framework"], s["side"], s["fp32_p50_ms"],
              s["int8_p50_ms"], s["int8_speedup"], s["int8_vs_baseline_int8"]]
             for s in speed.get("speedups", [])]
-    return (["## 3. Speed (batch 1, p50 ms)", "",
-             ("conv32: 32x32x3 input, conv 64/128/128, untrained, random inputs, int8 calibrated on "
+    slower = [f"{s['net']} {s['runtime']} {s['threads']}t from {s['framework']} ({s['side']}, "
+              f"{s['int8_speedup']}x)" for s in speed.get("speedups", [])
+              if s["int8_speedup"] is not None and s["int8_speedup"] < 1.0]
+    intro = ("conv32: 32x32x3 input, conv 64/128/128, untrained, random inputs, int8 calibrated on "
              "256 random samples. conv1m: the 1.2M-parameter digits net. `origin` is the framework "
              "the artifact was made from (Keras .onnx: the toolkit's TFLite->ONNX route; PyTorch "
              ".tflite: litert-torch). Each (net, runtime, threads) is one fresh process timing all "
-             "its artifacts round-robin; value = median of per-round p50s."), ""]
+             "its artifacts round-robin; value = median of per-round p50s.")
+    notes = [(f"- CPU: {cpu.get('model', '?')}; SIMD flags that matter for int8: "
+             f"{', '.join(cpu.get('simd_flags', [])) or '?'} (no VNNI: no int8 dot-product "
+             "instructions)"),
+             "- int8 slower than fp32: " + ("; ".join(slower) or "none"), ""]
+    return (["## 3. Speed (batch 1, p50 ms)", "", intro, ""]
             + _table(["net", "runtime", "threads", "origin", "side", "fp32", "int8", "int8 speedup",
-                      "int8 / baseline int8"], rows))
+                      "int8 / baseline int8"], rows) + notes)
 
 
 def overhead_section(overhead: dict) -> list[str]:
     rows = [[f"{r['net']}/{r['framework']}", r["format"], r["repeats"], r["toolkit_wall_s"],
-             r["baseline_wall_s"], r["wall_ratio"], r["toolkit_peak_rss_mb"],
-             r["baseline_peak_rss_mb"], r["rss_ratio"]] for r in overhead.get("rows", [])]
+             r["baseline_wall_s"], r["wall_ratio"], r.get("toolkit_cpu_s"), r.get("baseline_cpu_s"),
+             r.get("cpu_ratio"), r["toolkit_peak_rss_mb"], r["baseline_peak_rss_mb"], r["rss_ratio"]]
+            for r in overhead.get("rows", [])]
     start = overhead.get("startup", {})
-    return (["## 4. Overhead (whole process, int8_prune30: prune 2 epochs + QAT 2 epochs)", "",
-             ("Toolkit: `compress --recipe int8_prune30 MODEL --data digits --format F` (F = the "
+    intro = ("Toolkit: `compress --recipe int8_prune30 MODEL --data digits --format F` (F = the "
              "baseline's format), which also evaluates the original model and the artifact and "
-             "writes the report. Baseline: its script with `--evaluate`. Runs alternate A B A B; "
-             "medians."), ""]
-            + _table(["net", "artifact", "runs", "toolkit wall s", "baseline wall s", "ratio",
-                      "toolkit RSS MB", "baseline RSS MB", "RSS ratio"], rows)
-            + [(f"- `compress --help`: {_fmt(start.get('help_wall_s'))} s wall (median of "
-               f"{start.get('repeats')}; a bare `python -c pass` takes "
-               f"{_fmt(start.get('python_startup_wall_s'))} s), peak RSS "
-               f"{_fmt(start.get('help_peak_rss_mb'), 1)} MB"),
-               (f"- `import compressor`: {_fmt(start.get('import_in_process_s'), 4)} s in-process "
-               f"({_fmt(start.get('import_process_wall_s'))} s for the whole `python -c` process)"), ""])
+             "writes the report. Baseline: its script with `--evaluate`. Runs alternate A B, B A, "
+             "A B; medians. CPU = user + system seconds of the process tree.")
+    notes = [(f"- `compress --help`: {_fmt(start.get('help_wall_s'))} s wall (median of "
+             f"{start.get('repeats')}; a bare `python -c pass` takes "
+             f"{_fmt(start.get('python_startup_wall_s'))} s), peak RSS "
+             f"{_fmt(start.get('help_peak_rss_mb'), 1)} MB"),
+             (f"- `import compressor`: {_fmt(start.get('import_in_process_s'), 4)} s in-process "
+             f"({_fmt(start.get('import_process_wall_s'))} s for the whole `python -c` process)"), ""]
+    return (["## 4. Overhead (whole process, int8_prune30: prune 2 epochs + QAT 2 epochs)", "",
+             intro, ""]
+            + _table(["net", "artifact", "runs", "toolkit wall s", "baseline wall s", "wall ratio",
+                      "toolkit CPU s", "baseline CPU s", "CPU ratio", "toolkit RSS MB",
+                      "baseline RSS MB", "RSS ratio"], rows) + notes)
 
 
 def scaling_section(scaling: dict) -> list[str]:
-    rows = [[r["net"], r["params"], r["toolkit_wall_s"], r["toolkit_peak_rss_mb"], r["baseline_wall_s"],
-             r["baseline_peak_rss_mb"], r["wall_ratio"]] for r in scaling.get("rows", [])]
+    rows = [[r["net"], r["params"], r["toolkit_wall_s"], r.get("toolkit_cpu_s"), r["toolkit_peak_rss_mb"],
+             r["baseline_wall_s"], r.get("baseline_cpu_s"), r["baseline_peak_rss_mb"], r["wall_ratio"]]
+            for r in scaling.get("rows", [])]
     g = scaling.get("growth", {})
-    return (["## 5. Scaling (`compress --recipe int8`, PTQ, both formats, validated)", "",
-             ("Untrained Keras conv nets of one family on digits input; baseline = its int8 "
-             "PTQ .tflite script with evaluation."), ""]
-            + _table(["net", "params", "toolkit wall s", "toolkit RSS MB", "baseline wall s",
-                      "baseline RSS MB", "wall ratio"], rows)
-            + [(f"- log-log slope vs parameters, whole cost: wall {_fmt(g.get('toolkit_wall_slope'))}, "
-               f"peak RSS {_fmt(g.get('toolkit_rss_slope'))} (baseline wall "
-               f"{_fmt(g.get('baseline_wall_slope'))})"),
-               (f"- cost above the 0.1M net vs parameters added: wall "
-               f"{_fmt(g.get('toolkit_marginal_wall_slope'))}, peak RSS "
-               f"{_fmt(g.get('toolkit_marginal_rss_slope'))} (1.0 = linear)"), ""])
+    intro = ("Untrained Keras conv nets of one family on digits input; baseline = its int8 "
+             "PTQ .tflite script with evaluation.")
+    notes = [(f"- log-log slope vs parameters, whole cost: wall {_fmt(g.get('toolkit_wall_slope'))}, "
+             f"CPU {_fmt(g.get('toolkit_cpu_slope'))}, peak RSS {_fmt(g.get('toolkit_rss_slope'))} "
+             f"(baseline wall {_fmt(g.get('baseline_wall_slope'))})"),
+             (f"- cost above the 0.1M net vs parameters added: wall "
+             f"{_fmt(g.get('toolkit_marginal_wall_slope'))}, CPU "
+             f"{_fmt(g.get('toolkit_marginal_cpu_slope'))}, peak RSS "
+             f"{_fmt(g.get('toolkit_marginal_rss_slope'))} (1.0 = linear)"), ""]
+    return (["## 5. Scaling (`compress --recipe int8`, PTQ, both formats, validated)", "", intro, ""]
+            + _table(["net", "params", "toolkit wall s", "toolkit CPU s", "toolkit RSS MB",
+                      "baseline wall s", "baseline CPU s", "baseline RSS MB", "wall ratio"], rows)
+            + notes)
 
 
 def render(results: dict) -> str:
     meta = results.get("meta", {})
-    lines = ["# compressor benchmark", "",
-             (f"`make bench` (`python -m bench.run`) on {meta.get('cpus')} CPU(s), "
-             f"{meta.get('started')}; total {_fmt(meta.get('wall_s'), 0)} s; load average at "
-             f"start {meta.get('loadavg_start')}, at end {meta.get('loadavg_end')}. "
-             f"Commit {meta.get('commit')}. Every number is in `bench/results.json`; ratios are "
-             "the point (this machine is shared and noisy)."), ""]
+    cpu = meta.get("cpu", {})
+    summary = (f"`make bench` (`python -m bench.run`) on {meta.get('cpus')} CPU(s) "
+               f"({cpu.get('model', '?')}), {meta.get('started')}; total "
+               f"{_fmt(meta.get('wall_s'), 0)} s; load average at start {meta.get('loadavg_start')}, "
+               f"at end {meta.get('loadavg_end')} (other people's jobs share this machine). Commit "
+               f"{meta.get('commit')}. Every number is in `bench/results.json`; ratios are the point.")
+    lines = ["# compressor benchmark", "", summary, ""]
     lines += targets_section(results)
     cases = results.get("cases", {})
-    for key, section in (("size", size_section), ("speed", speed_section),
-                         ("overhead", overhead_section), ("scaling", scaling_section)):
+    sections = {"size": size_section, "speed": lambda case: speed_section(case, cpu),
+                "overhead": overhead_section, "scaling": scaling_section}
+    for key, section in sections.items():
         if key in cases:
             lines += section(cases[key])
     errors = [e for case in cases.values() for e in case.get("errors", [])]

@@ -54,8 +54,24 @@ def run_case(name: str, models: dict, results: dict, args: argparse.Namespace) -
         return case_speed.run(models, size_rows, log, torch_form=args.torch_form,
                               rounds=2 if quick else 5, runs_per_round=50 if quick else 100)
     if name == "overhead":
-        return case_overhead.run(models, log, repeats=1 if quick else 2, torch_form=args.torch_form)
+        return case_overhead.run(models, log, repeats=1 if quick else 3, torch_form=args.torch_form)
     return case_scaling.run(models, log)
+
+
+INT8_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8")
+
+
+def cpu_facts() -> dict:
+    """CPU model and the SIMD flags that decide int8 speed (VNNI: int8 dot products)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {"model": platform.processor() or "unknown", "simd_flags": []}
+    model = next((line.split(":", 1)[1].strip() for line in text.splitlines()
+                  if line.startswith("model name")), "unknown")
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines()
+                  if line.startswith("flags")), [])
+    return {"model": model, "simd_flags": [f for f in INT8_FLAGS if f in flags]}
 
 
 def git_commit() -> str:
@@ -87,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {"meta": {"started": datetime.now(UTC).isoformat(timespec="seconds"),
                         "cases": cases, "quick": args.quick, "torch_form": args.torch_form,
                         "cpus": len(os.sched_getaffinity(0)), "python": platform.python_version(),
-                        "machine": platform.machine(), "commit": git_commit(),
+                        "machine": platform.machine(), "cpu": cpu_facts(), "commit": git_commit(),
                         "loadavg_start": [round(x, 2) for x in os.getloadavg()]},
                "cases": {}}
     frameworks = ["keras"] + (["torch"] if set(cases) & {"size", "speed", "overhead"} else [])

@@ -42,7 +42,9 @@ class SideRun:
         data = {"side": self.side, "process": self.process.summary(), "artifacts": self.artifacts}
         if self.error:
             data["error"] = self.error
-        if self.report:
+        if self.report and "printed" in self.report:
+            data["printed"] = self.report["printed"]
+        elif self.report:
             data["exit_code"] = self.report.get("exit_code")
             data["timings_s"] = self.report.get("timings_s")
             data["report_artifacts"] = [
