@@ -108,10 +108,12 @@ def search_float_layers(float_state: ModelState, quantized: ModelState, config: 
     search = _Search(float_state, config, ctx, quantize, folder)
     try:
         full = search.measure(quantized, ())
-        layers = () if full.passed else tuple(ctx.backend.quantizable_layers(quantized))
+        layers = () if full.passed else tuple(ctx.backend.quantizable_layers(float_state))
         if not layers:   # nothing to search: int8 passes, or no layer could be left float
             return quantized.replace(fallback=FallbackResult(
                 search.fmt, config.fallback_dtype, full, (), (), full, search.evaluations))
+        ctx.progress.info(f"int8 fallback: full int8 drops {full.drop:.4f}; measuring "
+                          f"{len(layers)} layers left float one at a time")
         singles = {layer: search.measure(None, (layer,)) for layer in layers}
         ranking = _ranked(full, singles)
         steps = search.greedy([r.layer for r in ranking], singles, config.max_float_layers)

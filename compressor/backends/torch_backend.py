@@ -79,7 +79,14 @@ class TorchBackend:
         from compressor.backends.torch_quant import ptq_model
 
         _check_quantize(state, config)
-        return state.replace(model=ptq_model(state.model, config, ctx), quantize=config)
+        model = ptq_model(state.model, config, ctx, state.float_layers)
+        return state.replace(model=model, quantize=config)
+
+    def quantizable_layers(self, state: ModelState) -> list[str]:
+        """Conv / Linear module names: what quantize fallback may keep float (set_module_name)."""
+        from compressor.backends.torch_quant import kernel_module_names
+
+        return kernel_module_names(state.model)
 
     def distill(self, state: ModelState, config: DistillConfig, ctx: Context) -> ModelState:
         """Train with the KD loss; `distill` stays set so later pruning / QAT keep using it."""
@@ -130,16 +137,17 @@ class TorchBackend:
             raise BackendUnavailableError(f"cannot export to {fmt!r}; the formats are "
                                           f"{', '.join(FORMATS)}")
         if state.quantize is not None:
-            _require_int8_kernels(written, state.quantize.mode)
+            _require_int8_kernels(written, state.quantize.mode, len(state.float_layers))
         return written
 
 
-def _require_int8_kernels(path: Path, mode: str) -> None:
-    """Read back from the file: an "int8" artifact with float conv / linear weights is refused."""
+def _require_int8_kernels(path: Path, mode: str, allowed_float: int = 0) -> None:
+    """Read back from the file: an "int8" artifact with float conv / linear weights is refused,
+    but for the `allowed_float` layers quantize fallback keeps float on purpose."""
     from compressor.runtimes import inspect_artifact
 
     floats = [w.name for w in inspect_artifact(path).weights if w.is_kernel and w.dtype != "int8"]
-    if floats:
+    if len(floats) > allowed_float:
         path.unlink()
         remedy = ("try quantize mode: ptq, or a float16 precision step" if mode == "qat"
                   else "use a float16 precision step for this model instead")
@@ -149,9 +157,6 @@ def _require_int8_kernels(path: Path, mode: str) -> None:
 
 
 def _check_quantize(state: ModelState, config: QuantizeConfig) -> None:
-    if config.fallback == "auto":
-        raise BackendUnavailableError("quantize fallback: auto is not implemented for torch yet; "
-                                      "set fallback: none")
     if state.precision is not None:
         raise RecipeError("int8 quantize after a float16 precision step: an artifact is either "
                           "int8 or float16; remove one of the steps")

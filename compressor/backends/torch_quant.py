@@ -56,13 +56,27 @@ def qat_model(model: torch.nn.Module, config: QuantizeConfig, preserve_sparsity:
     return prepared
 
 
-def ptq_model(model: torch.nn.Module, config: QuantizeConfig, ctx: Context) -> torch.fx.GraphModule:
-    """A prepared copy of `model` whose observers saw `config.calibration_samples` inputs."""
+def ptq_model(model: torch.nn.Module, config: QuantizeConfig, ctx: Context,
+              float_layers: tuple[str, ...] = ()) -> torch.fx.GraphModule:
+    """A prepared copy of `model` whose observers saw `config.calibration_samples` inputs;
+    the modules named in `float_layers` are left unannotated, so they stay float."""
     samples = calibration_samples(ctx, config.calibration_samples)
     exported = exported_for_quantization(clone_module(model), as_tensor(samples[:EXAMPLE_ROWS]))
-    prepared = import_pt2e().prepare_pt2e(exported, xnnpack_quantizer(is_qat=False))
+    quantizer = xnnpack_quantizer(is_qat=False)
+    for name in float_layers:
+        # set_module_name(name, None) asserts in torchao 0.18, but a None entry is what the
+        # annotator honours: the module is skipped, and the global config excludes it.
+        quantizer.module_name_config[name] = None
+    prepared = import_pt2e().prepare_pt2e(exported, quantizer)
     calibrate(prepared, samples, ctx)
     return prepared
+
+
+def kernel_module_names(model: torch.nn.Module) -> list[str]:
+    """Names of the Conv / Linear modules (what int8 quantizes), in definition order."""
+    kinds = (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d,
+             torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d)
+    return [name for name, module in model.named_modules() if isinstance(module, kinds)]
 
 
 def converted(prepared: torch.fx.GraphModule, fold_quantize: bool = True) -> torch.fx.GraphModule:

@@ -39,6 +39,10 @@ def onnx_from_torch(state: ModelState, path: Path, ctx: Context, example: np.nda
         set_mode(module, training=False)
     proto = _exported_proto(module, example, log, kind)
     _strip_debug_metadata(proto)
+    if state.quantize is not None and state.float_layers:
+        from compressor.export.onnx_mixed import keep_float_kernels
+
+        keep_float_kernels(proto, state.quantize.fallback_dtype)
     if state.precision is not None and state.quantize is None:
         proto = _float16_onnx(proto, state.precision)
     try:

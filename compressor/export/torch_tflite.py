@@ -39,6 +39,11 @@ def tflite_from_torch(state: ModelState, path: Path, ctx: Context, example: np.n
         content = _convert(module, sample, _static_int8_config(), log, kind, float_io)
         if float_io:
             _require_float_io(content)
+        if state.float_layers and state.quantize.fallback_dtype == "float16":
+            from compressor.export.tflite_mixed import float16_weights
+
+            # In an int8 model every float32 kernel weight is one of the fallback's layers.
+            content = float16_weights(content, lambda weight: True)
     else:
         set_mode(state.model, training=False)
         config, kind = (_float16_config(state.precision), "float16") if state.precision \
