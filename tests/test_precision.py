@@ -119,3 +119,41 @@ def test_outputs_agree_with_float32(runs):
     artifacts = runs["fp16"].artifacts
     for outputs in (km.run_tflite(artifacts["tflite"], x), km.run_onnx(artifacts["onnx"], x)):
         assert np.abs(outputs - reference).max() < 0.05 * np.abs(reference).max()
+
+
+# --- PyTorch: the same through torch.onnx, `exclude` naming module paths -------------------
+
+@pytest.fixture(scope="module")
+def torch_runs(tmp_path_factory):
+    import torch_models as tm
+
+    data = digits("NCHW")
+    model = tm.train(tm.digits_cnn(), data, epochs=4)
+    folder = tmp_path_factory.mktemp("precision_torch")
+    ctx = tm.torch_context(data, folder / "work")
+    fp32 = ctx.backend.export(ModelState(model=model), "onnx", folder / "fp32.onnx", ctx)
+    recipe = recipe_from_dict({"name": "fp16_but_head", "export": ["onnx"], "steps": [
+        {"pass": "precision", "dtype": "float16", "exclude": ["head.3"]}],
+        "validate": {"max_drop": 0.005}})
+    options = {"quiet": True, "latency": False}
+    return {"model": model, "ctx": ctx, "fp32_bytes": fp32.stat().st_size,
+            "excluding": compress(model, recipe, data, out_dir=folder / "excl", **options)}
+
+
+@slow
+def test_torch_onnx_fp16_keeps_the_excluded_module_float32(torch_runs):
+    result = torch_runs["excluding"]
+    assert result.exit_code == 0, result.report["failures"]
+    (row,) = result.report["artifacts"]
+    assert row["drop"] <= 0.005 and row["size_bytes"] <= 0.56 * torch_runs["fp32_bytes"], row
+    kernels = [w for w in inspect_artifact(result.artifacts["onnx"]).weights if w.is_kernel]
+    assert sorted(w.dtype for w in kernels) == ["float16", "float16", "float16", "float32"]
+    (head,) = [w for w in kernels if w.dtype == "float32"]
+    assert 10 in head.shape and 64 in head.shape      # head.3: Linear(64, 10)
+
+
+@slow
+def test_torch_tflite_exclude_is_refused_with_the_reason(torch_runs, tmp_path):
+    state = ModelState(model=torch_runs["model"], precision=PrecisionConfig(exclude=("head.3",)))
+    with pytest.raises(BackendUnavailableError, match="cannot keep chosen layers in float32"):
+        torch_runs["ctx"].backend.export(state, "tflite", tmp_path / "m.tflite", torch_runs["ctx"])

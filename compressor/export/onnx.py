@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import copy
 import fnmatch
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -93,24 +94,38 @@ def _tf2onnx(log: Path, kind: str, convert) -> Any:
 def _float16_onnx(proto: Any, precision: Any) -> Any:
     from onnxconverter_common import float16
 
-    matched = {pattern: [node.name for node in proto.graph.node
-                         if _names_layer(node.name, pattern)] for pattern in precision.exclude}
+    matched = {pattern: [node.name for node in proto.graph.node if _names_layer(node, pattern)]
+               for pattern in precision.exclude}
     unmatched = [pattern for pattern, nodes in matched.items() if not nodes]
     if unmatched:
         raise RecipeError(f"precision exclude pattern(s) {', '.join(map(repr, unmatched))} match "
                           "no node of the ONNX model; patterns match layer names (e.g. "
-                          "'dense_1', 'conv*') or whole node names")
+                          "'dense_1', 'conv*'), PyTorch module paths ('head.3') or node names")
     blocked = sorted({name for nodes in matched.values() for name in nodes})
+    # Copies of the float32 weights before conversion, for the excluded layers (see below).
+    originals = {init.name: copy.deepcopy(init) for init in proto.graph.initializer} \
+        if blocked else {}
     # onnxconverter-common keeps its default op block list (ops without float16 kernels) too.
-    return float16.convert_float_to_float16(proto, keep_io_types=precision.keep_io_types,
-                                            node_block_list=blocked or None)
+    converted = float16.convert_float_to_float16(proto, keep_io_types=precision.keep_io_types,
+                                                 node_block_list=blocked or None)
+    if blocked:
+        from compressor.export.onnx_mixed import restore_float32_weights
+
+        restore_float32_weights(converted, originals, set(blocked))
+    return converted
 
 
-def _names_layer(node_name: str, pattern: str) -> bool:
-    """A node belongs to a layer if a part of its `model/layer/op` path (fused names joined
-    by ';') matches, or the whole name does."""
-    parts = [part for path in node_name.split(";") for part in path.split("/")]
-    return fnmatch.fnmatch(node_name, pattern) or any(fnmatch.fnmatch(p, pattern) for p in parts)
+def _names_layer(node: Any, pattern: str) -> bool:
+    """A node belongs to a layer if its whole name matches, or a part of its `model/layer/op`
+    path (tf2onnx; fused names joined by ';'), or a module path torch.onnx recorded for it
+    (e.g. 'head.3')."""
+    import ast
+
+    parts = [part for path in node.name.split(";") for part in path.split("/")]
+    for prop in node.metadata_props:
+        if prop.key == "pkg.torch.onnx.name_scopes" and prop.value.startswith("["):
+            parts += [str(scope) for scope in ast.literal_eval(prop.value)]
+    return fnmatch.fnmatch(node.name, pattern) or any(fnmatch.fnmatch(p, pattern) for p in parts)
 
 
 def _require_int8_kernels(proto: Any, allowed_float: int = 0) -> None:

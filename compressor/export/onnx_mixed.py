@@ -1,5 +1,10 @@
-"""Float layers inside an int8 (QDQ) ONNX model: the quantize fallback's layers.
+"""Layers kept at a higher precision inside a lower-precision ONNX model.
 
+`restore_float32_weights`: onnxconverter-common computes the float16 conversion's blocked
+nodes in float32, but stores their weights as float16 behind Casts; precision `exclude`
+promises float32, so those weights are put back as they were.
+
+`keep_float_kernels`: the quantize fallback's float layers inside an int8 (QDQ) model.
 Two fixes on the converted graph:
 - float16 storage: converters fold float16 weights back into float32 constants; the weights
   of float kernels are stored as float16 again, behind a Cast to float32.
@@ -44,6 +49,34 @@ def keep_float_kernels(proto: Any, dtype: str) -> None:
         _feed_float_activation(proto, node)
         if dtype == "float16":
             _store_weight_float16(proto, node)
+    _drop_unused(proto)
+
+
+def restore_float32_weights(proto: Any, originals: dict[str, Any], blocked: set[str]) -> None:
+    """Feed `blocked` nodes their original float32 initializers instead of float16 copies cast
+    back to float32, wherever no float16 node shares the initializer."""
+    graph = proto.graph
+    producers = {out: node for node in graph.node for out in node.output}
+    readers: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    restored = set()
+    for node in [n for n in graph.node if n.name in blocked]:
+        for position, name in enumerate(node.input):
+            cast = producers.get(name)
+            if cast is None or cast.op_type != "Cast" or cast.input[0] not in originals:
+                continue
+            source = cast.input[0]
+            shared = any(reader.op_type != "Cast" or any(
+                consumer.name not in blocked for consumer in readers.get(reader.output[0], []))
+                for reader in readers[source])
+            if not shared:
+                node.input[position] = source
+                restored.add(source)
+    for init in [init for init in graph.initializer if init.name in restored]:
+        graph.initializer.remove(init)
+        graph.initializer.append(originals[init.name])
     _drop_unused(proto)
 
 

@@ -38,13 +38,14 @@ def onnx_from_torch(state: ModelState, path: Path, ctx: Context, example: np.nda
         module, kind = state.model, "float32"
         set_mode(module, training=False)
     proto = _exported_proto(module, example, log, kind)
-    _strip_debug_metadata(proto)
     if state.quantize is not None and state.float_layers:
         from compressor.export.onnx_mixed import keep_float_kernels
 
         keep_float_kernels(proto, state.quantize.fallback_dtype)
     if state.precision is not None and state.quantize is None:
+        # Before stripping: `exclude` patterns match the module paths in the node metadata.
         proto = _float16_onnx(proto, state.precision)
+    _strip_debug_metadata(proto)
     try:
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as exc:
