@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from compressor.backends.base import ModelInfo
-from compressor.errors import BackendUnavailableError, ModelLoadError, RecipeError
+from compressor.errors import ModelLoadError
 
 if TYPE_CHECKING:
     from compressor.backends.base import UserTraining
@@ -83,21 +83,18 @@ class KerasBackend:
     def prune(self, state: ModelState, config: PruneConfig, ctx: Context) -> ModelState:
         from compressor.backends.keras_optimize import pruned_model
 
-        _refuse_after_quantize(state, "prune")
         return state.replace(model=pruned_model(state.model, config, ctx, state.distill),
                              sparsity=config.sparsity)
 
     def quantize_qat(self, state: ModelState, config: QuantizeConfig, ctx: Context) -> ModelState:
         from compressor.backends.keras_optimize import quantization_aware_model
 
-        _check_quantize(state, config)
         preserve = config.preserve_sparsity and state.sparsity > 0
         model = quantization_aware_model(state.model, config, preserve, ctx, state.distill)
         return state.replace(model=model, quantize=config)
 
     def quantize_ptq(self, state: ModelState, config: QuantizeConfig, ctx: Context) -> ModelState:
         # The model stays float; export calibrates on `calibration_samples` training inputs.
-        _check_quantize(state, config)
         return state.replace(quantize=config)
 
     def quantizable_layers(self, state: ModelState) -> list[str]:
@@ -114,13 +111,6 @@ class KerasBackend:
         return state.replace(model=model, distill=config)
 
     def to_precision(self, state: ModelState, config: PrecisionConfig, ctx: Context) -> ModelState:
-        if config.dtype == "bfloat16":
-            raise BackendUnavailableError("TFLite cannot store bfloat16 weights and LiteRT / "
-                                          "onnxruntime CPUs do not run them; use dtype: float16")
-        if state.quantize is not None:
-            raise RecipeError("a precision step after an int8 quantize step has nothing left to "
-                              "convert: an artifact is either int8 or float16; remove one of "
-                              "the steps")
         return state.replace(precision=config)
 
     def start_user_training(self, state: ModelState, step: StepConfig | None, ctx: Context,
@@ -140,16 +130,3 @@ class KerasBackend:
         if state.model is None:
             raise ModelLoadError("there is no model to export; load one first")
         return export_keras(state, fmt, Path(path), ctx)
-
-
-def _check_quantize(state: ModelState, config: QuantizeConfig) -> None:
-    if state.precision is not None:
-        raise RecipeError("int8 quantize after a float16 precision step: an artifact is either "
-                          "int8 or float16; remove one of the steps")
-    _refuse_after_quantize(state, "quantize")
-
-
-def _refuse_after_quantize(state: ModelState, step: str) -> None:
-    if state.quantize is not None:
-        raise RecipeError(f"a {step} step after an int8 quantize step would undo or repeat it; "
-                          "put quantize last in the recipe's steps")

@@ -7,7 +7,8 @@ import numpy as np
 
 from compressor.backends.keras_env import import_tf_keras, import_tfmot
 from compressor.backends.keras_load import clone_keras_model
-from compressor.backends.keras_train import fine_tune, steps_per_epoch
+from compressor.backends.training_data import steps_per_epoch
+from compressor.backends.keras_train import fine_tune
 from compressor.errors import BackendUnavailableError
 
 if TYPE_CHECKING:

@@ -7,14 +7,14 @@ can wrap all three without touching the passes.
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from compressor.backends.keras_env import import_tensorflow, import_tf_keras
-from compressor.errors import DataError, RecipeError
+from compressor.backends.training_data import steps_per_epoch, training_inputs
+from compressor.errors import RecipeError
 
 if TYPE_CHECKING:
     from compressor.context import Context
@@ -24,20 +24,6 @@ if TYPE_CHECKING:
 DEFAULT_LR = 1e-3
 PROBE_SAMPLES = 64   # how many inputs decide whether a model outputs probabilities or logits
 STRATEGY_KEY = "keras_strategy"
-
-
-def training_inputs(ctx: Context, purpose: str) -> tuple[np.ndarray, np.ndarray | None]:
-    """The training split, or a DataError saying that `purpose` needs one."""
-    if ctx.data.train is None or len(ctx.data.train[0]) == 0:
-        raise DataError(f"{purpose} needs training data, but {ctx.data.name} has no train split; "
-                        "pass data with x_train (and y_train), or set epochs: 0")
-    x, y = ctx.data.train
-    return np.asarray(x), (None if y is None else np.asarray(y))
-
-
-def steps_per_epoch(ctx: Context, config: TrainingConfig, purpose: str) -> int:
-    x, _ = training_inputs(ctx, purpose)
-    return math.ceil(len(x) / config.batch_size)
 
 
 def training_scope(ctx: Context):

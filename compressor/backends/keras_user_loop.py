@@ -13,7 +13,8 @@ from compressor.backends.keras_env import import_tfmot
 from compressor.backends.keras_load import clone_keras_model
 from compressor.backends.keras_optimize import (_one_shot_pruned, _pruning_schedule,
                                                 _with_pruning_wrappers, quantization_aware_model)
-from compressor.backends.keras_train import steps_per_epoch, training_scope
+from compressor.backends.training_data import steps_per_epoch
+from compressor.backends.keras_train import training_scope
 from compressor.errors import BackendUnavailableError
 
 if TYPE_CHECKING:

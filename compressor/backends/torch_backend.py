@@ -13,7 +13,7 @@ import numpy as np
 
 from compressor.backends.base import ModelInfo
 from compressor.backends.torch_env import require
-from compressor.errors import BackendUnavailableError, ModelLoadError, RecipeError
+from compressor.errors import BackendUnavailableError, ModelLoadError
 
 if TYPE_CHECKING:
     from compressor.backends.base import UserTraining
@@ -63,14 +63,12 @@ class TorchBackend:
     def prune(self, state: ModelState, config: PruneConfig, ctx: Context) -> ModelState:
         from compressor.backends.torch_prune import pruned_model
 
-        _refuse_after_quantize(state, "prune")
         return state.replace(model=pruned_model(state.model, config, ctx, state.distill),
                              sparsity=config.sparsity)
 
     def quantize_qat(self, state: ModelState, config: QuantizeConfig, ctx: Context) -> ModelState:
         from compressor.backends.torch_quant import qat_model
 
-        _check_quantize(state, config)
         preserve = config.preserve_sparsity and state.sparsity > 0
         model = qat_model(state.model, config, preserve, ctx, state.distill)
         return state.replace(model=model, quantize=config)
@@ -78,7 +76,6 @@ class TorchBackend:
     def quantize_ptq(self, state: ModelState, config: QuantizeConfig, ctx: Context) -> ModelState:
         from compressor.backends.torch_quant import ptq_model
 
-        _check_quantize(state, config)
         model = ptq_model(state.model, config, ctx, state.float_layers)
         return state.replace(model=model, quantize=config)
 
@@ -96,13 +93,6 @@ class TorchBackend:
         return state.replace(model=model, distill=config)
 
     def to_precision(self, state: ModelState, config: PrecisionConfig, ctx: Context) -> ModelState:
-        if config.dtype == "bfloat16":
-            raise BackendUnavailableError("TFLite cannot store bfloat16 weights and LiteRT / "
-                                          "onnxruntime CPUs do not run them; use dtype: float16")
-        if state.quantize is not None:
-            raise RecipeError("a precision step after an int8 quantize step has nothing left to "
-                              "convert: an artifact is either int8 or float16; remove one of "
-                              "the steps")
         # The model stays float32; the exporters store float16 weights behind float32 I/O.
         return state.replace(precision=config)
 
@@ -154,16 +144,3 @@ def _require_int8_kernels(path: Path, mode: str, allowed_float: int = 0) -> None
         raise BackendUnavailableError(
             f"the int8 {path.suffix[1:]} artifact kept {len(floats)} conv/linear weight(s) in "
             f"float: {', '.join(floats[:5])}; these layers could not be quantized: {remedy}")
-
-
-def _check_quantize(state: ModelState, config: QuantizeConfig) -> None:
-    if state.precision is not None:
-        raise RecipeError("int8 quantize after a float16 precision step: an artifact is either "
-                          "int8 or float16; remove one of the steps")
-    _refuse_after_quantize(state, "quantize")
-
-
-def _refuse_after_quantize(state: ModelState, step: str) -> None:
-    if state.quantize is not None:
-        raise RecipeError(f"a {step} step after an int8 quantize step would undo or repeat it; "
-                          "put quantize last in the recipe's steps")

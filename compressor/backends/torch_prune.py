@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from compressor.backends.torch_load import clone_module
-from compressor.backends.torch_train import fine_tune, is_exported, steps_per_epoch
+from compressor.backends.training_data import steps_per_epoch
+from compressor.backends.torch_train import fine_tune, is_exported
 from compressor.errors import BackendUnavailableError
 
 if TYPE_CHECKING:

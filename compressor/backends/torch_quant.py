@@ -16,8 +16,14 @@ import torch
 from compressor.backends.torch_env import import_pt2e, xnnpack_quantizer
 from compressor.backends.torch_load import clone_module
 from compressor.backends.torch_prune import apply_masks, kernel_parameters, zero_masks
-from compressor.backends.torch_train import (as_tensor, fine_tune, graph_has_op, is_exported,
-                                             set_mode, training_inputs)
+from compressor.backends.training_data import training_inputs
+from compressor.backends.torch_train import (
+    as_tensor,
+    fine_tune,
+    graph_has_op,
+    is_exported,
+    set_mode,
+)
 from compressor.errors import BackendUnavailableError
 
 if TYPE_CHECKING:

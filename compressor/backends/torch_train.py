@@ -6,7 +6,6 @@ deterministic under `ctx.seed`: torch's global seed and a seeded generator for s
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -14,6 +13,7 @@ import numpy as np
 import torch
 
 from compressor.backends.torch_env import configure_environment
+from compressor.backends.training_data import training_inputs
 from compressor.errors import DataError, RecipeError
 
 if TYPE_CHECKING:
@@ -33,19 +33,6 @@ class TrainingSetup:
     loader: torch.utils.data.DataLoader
     optimizer: torch.optim.Optimizer
     loss: Callable[..., torch.Tensor]   # loss(outputs, *targets), targets as the loader yields them
-
-
-def training_inputs(ctx: Context, purpose: str) -> tuple[np.ndarray, np.ndarray | None]:
-    """The training split, or a DataError saying that `purpose` needs one."""
-    if ctx.data.train is None or len(ctx.data.train[0]) == 0:
-        raise DataError(f"{purpose} needs training data, but {ctx.data.name} has no train split; "
-                        "pass data with x_train (and y_train), or set epochs: 0")
-    x, y = ctx.data.train
-    return np.asarray(x), (None if y is None else np.asarray(y))
-
-
-def steps_per_epoch(ctx: Context, config: TrainingConfig, purpose: str) -> int:
-    return math.ceil(len(training_inputs(ctx, purpose)[0]) / config.batch_size)
 
 
 def as_tensor(x: np.ndarray) -> torch.Tensor:

@@ -18,9 +18,16 @@ from compressor.backends.torch_prune import (ScheduledMasks, SparsitySchedule, a
                                              kernel_parameters, magnitude_masks, prunable_kernels,
                                              zero_masks)
 from compressor.backends.torch_quant import qat_model
-from compressor.backends.torch_train import (PROBE_SAMPLES, _distillation_targets_and_loss,
-                                             _targets_and_loss, as_tensor, first_output,
-                                             set_mode, steps_per_epoch, teacher_logits)
+from compressor.backends.training_data import steps_per_epoch
+from compressor.backends.torch_train import (
+    PROBE_SAMPLES,
+    _distillation_targets_and_loss,
+    _targets_and_loss,
+    as_tensor,
+    first_output,
+    set_mode,
+    teacher_logits,
+)
 from compressor.errors import UsageError
 
 if TYPE_CHECKING:

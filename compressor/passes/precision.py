@@ -6,6 +6,7 @@ from typing import Literal
 from pydantic import Field
 
 from compressor.context import Context, ModelState
+from compressor.passes.order import refuse_mixing_int8_and_float16
 from compressor.errors import BackendUnavailableError
 from compressor.registry import StepConfig, register_pass
 
@@ -32,4 +33,5 @@ def precision(state: ModelState, config: PrecisionConfig, ctx: Context) -> Model
         reasons = "; ".join(f"{fmt}: {BFLOAT16_BLOCKERS[fmt]}" for fmt in formats)
         raise BackendUnavailableError(f"precision dtype bfloat16 cannot be exported ({reasons}); "
                                       "use dtype: float16")
+    refuse_mixing_int8_and_float16(state, "precision")
     return ctx.backend.to_precision(state, config, ctx)

@@ -6,6 +6,7 @@ from typing import Literal
 from pydantic import Field
 
 from compressor.context import Context, ModelState
+from compressor.passes.order import refuse_after_quantize
 from compressor.registry import TrainingConfig, register_pass
 
 
@@ -19,4 +20,5 @@ class PruneConfig(TrainingConfig):
 
 @register_pass(PruneConfig)
 def prune(state: ModelState, config: PruneConfig, ctx: Context) -> ModelState:
+    refuse_after_quantize(state, "prune")
     return ctx.backend.prune(state, config, ctx)

@@ -6,6 +6,7 @@ from typing import Literal
 from pydantic import Field
 
 from compressor.context import Context, ModelState
+from compressor.passes.order import refuse_after_quantize, refuse_mixing_int8_and_float16
 from compressor.errors import RecipeError
 from compressor.registry import TrainingConfig, register_pass
 
@@ -33,6 +34,8 @@ def quantize(state: ModelState, config: QuantizeConfig, ctx: Context) -> ModelSt
         # The search re-quantizes once per candidate layer: with qat, one fine-tuning each.
         raise RecipeError("quantize fallback: auto works with mode: ptq (it re-quantizes the "
                           "model once per candidate layer); set mode: ptq or fallback: none")
+    refuse_after_quantize(state, "quantize")
+    refuse_mixing_int8_and_float16(state, "quantize")
     run = ctx.backend.quantize_qat if config.mode == "qat" else ctx.backend.quantize_ptq
     if config.fallback == "none":
         return run(state, config, ctx)
