@@ -203,7 +203,7 @@ def _export_all(session: Session, state: ModelState, staging: Path) -> dict[str,
 def _validate_all(session: Session, artifacts: dict[str, Path]) -> list[dict[str, Any]]:
     rows = []
     started = time.perf_counter()
-    for fmt, path in artifacts.items():
+    for path in artifacts.values():
         session.ctx.progress.info(f"validate {path.name} in its runtime")
         rows.append(validate.evaluate_artifact(
             path, session.data, session.reference_outputs, session.baseline_value,

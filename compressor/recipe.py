@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -16,7 +16,7 @@ import compressor.passes  # noqa: F401  (fills the registry the step union is bu
 from compressor.errors import RecipeError
 from compressor.registry import did_you_mean, pass_names, step_configs
 
-Step = Annotated[Union[step_configs()], Field(discriminator="kind")]  # type: ignore[valid-type]
+Step = Annotated[step_configs(), Field(discriminator="kind")]  # type: ignore[valid-type]
 ExportFormat = Literal["tflite", "onnx"]
 
 

@@ -6,7 +6,8 @@ fills the registry; `recipe.py` builds its discriminated union of step types fro
 from __future__ import annotations
 
 import difflib
-from typing import TYPE_CHECKING, Callable, TypeVar
+from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 

@@ -5,7 +5,7 @@ mse drops when it rises. The original model's outputs are the reference for fide
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -25,12 +25,12 @@ def pruned_model(model: Any, config: PruneConfig, ctx: Context,
     """A copy of `model` whose prunable kernels are `config.sparsity` zeros, fine-tuned
     (with the teacher's KD loss while `distill` is set)."""
     if config.epochs == 0:
-        return _one_shot_pruned(clone_keras_model(model), config.sparsity)
+        return one_shot_pruned(clone_keras_model(model), config.sparsity)
     tfmot = import_tfmot()
     description = f"pruning to {config.sparsity:.0%}"
-    schedule = _pruning_schedule(tfmot, config, steps_per_epoch(ctx, config, description))
+    schedule = pruning_schedule(tfmot, config, steps_per_epoch(ctx, config, description))
     # The copy is made inside the build function, so a strategy scope covers its variables.
-    trained = fine_tune(lambda: _with_pruning_wrappers(clone_keras_model(model), schedule, tfmot),
+    trained = fine_tune(lambda: with_pruning_wrappers(clone_keras_model(model), schedule, tfmot),
                         model, config, ctx, description,
                         callbacks=[tfmot.sparsity.keras.UpdatePruningStep()], distill=distill)
     return tfmot.sparsity.keras.strip_pruning(trained)
@@ -44,7 +44,7 @@ def quantization_aware_model(model: Any, config: QuantizeConfig, preserve_sparsi
                      model, config, ctx, "int8 quantization-aware training", distill=distill)
 
 
-def _pruning_schedule(tfmot: Any, config: PruneConfig, steps: int) -> Any:
+def pruning_schedule(tfmot: Any, config: PruneConfig, steps: int) -> Any:
     total = steps * config.epochs
     # Reach the final sparsity before the last epoch, so that epoch only recovers accuracy.
     ramp = total - steps if config.epochs > 1 else max(1, total // 2)
@@ -57,7 +57,7 @@ def _pruning_schedule(tfmot: Any, config: PruneConfig, steps: int) -> Any:
                                     begin_step=0, end_step=end_step, frequency=frequency)
 
 
-def _with_pruning_wrappers(model: Any, schedule: Any, tfmot: Any) -> Any:
+def with_pruning_wrappers(model: Any, schedule: Any, tfmot: Any) -> Any:
     """Wrap every layer tfmot can prune; others (custom, weightless) stay as they are."""
     tf_keras = import_tf_keras()
     # PruneRegistry is not in tfmot's public API; it is the list prune_low_magnitude checks.
@@ -81,7 +81,7 @@ def _has_kernel(layer: Any) -> bool:
     return any(len(w.shape) >= 2 for w in layer.weights) or not layer.built
 
 
-def _one_shot_pruned(model: Any, sparsity: float) -> Any:
+def one_shot_pruned(model: Any, sparsity: float) -> Any:
     """Zero the smallest-magnitude `sparsity` fraction of each kernel, without fine-tuning."""
     for layer in _leaf_layers(model):
         for weight in layer.trainable_weights:

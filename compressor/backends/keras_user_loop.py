@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 from compressor.backends.base import UserTraining
 from compressor.backends.keras_env import import_tfmot
 from compressor.backends.keras_load import clone_keras_model
-from compressor.backends.keras_optimize import (_one_shot_pruned, _pruning_schedule,
-                                                _with_pruning_wrappers, quantization_aware_model)
+from compressor.backends.keras_optimize import (one_shot_pruned, pruning_schedule,
+                                                with_pruning_wrappers, quantization_aware_model)
 from compressor.backends.training_data import steps_per_epoch
 from compressor.backends.keras_train import training_scope
 from compressor.errors import BackendUnavailableError
@@ -50,7 +50,7 @@ def end_user_training(training: UserTraining, ctx: Context) -> ModelState:
     if kind == "prune":
         stripped = import_tfmot().sparsity.keras.strip_pruning(training.model)
         # Exactly the recipe's sparsity, also when the loop stopped before the schedule's end.
-        return state.replace(model=_one_shot_pruned(stripped, step.sparsity),
+        return state.replace(model=one_shot_pruned(stripped, step.sparsity),
                              sparsity=step.sparsity)
     if kind == "quantize":
         return state.replace(model=training.model, quantize=step)
@@ -61,9 +61,9 @@ def _pruning_model(model: Any, config: PruneConfig, ctx: Context,
                    steps_per_epoch_: int | None) -> tuple[Any, tuple[Any, ...]]:
     tfmot = import_tfmot()
     steps = steps_per_epoch_ or steps_per_epoch(ctx, config, f"pruning to {config.sparsity:.0%}")
-    schedule = _pruning_schedule(tfmot, config, steps)
+    schedule = pruning_schedule(tfmot, config, steps)
     with training_scope(ctx):
-        wrapped = _with_pruning_wrappers(clone_keras_model(model), schedule, tfmot)
+        wrapped = with_pruning_wrappers(clone_keras_model(model), schedule, tfmot)
     callback = tfmot.sparsity.keras.UpdatePruningStep()
     # Starts the wrappers' step counters at 0 now, so a GradientTape loop works without the
     # callback; `fit` calling it again changes nothing.

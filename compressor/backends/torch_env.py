@@ -12,7 +12,7 @@ import logging
 import os
 import warnings
 from types import ModuleType
-from typing import Iterator
+from collections.abc import Iterator
 
 from compressor.errors import BackendUnavailableError
 

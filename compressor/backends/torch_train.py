@@ -7,7 +7,8 @@ deterministic under `ctx.seed`: torch's global seed and a seeded generator for s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
 
 import numpy as np
 import torch

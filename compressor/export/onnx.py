@@ -39,7 +39,7 @@ def onnx_from_keras(state: ModelState, path: Path, ctx: Context) -> Path:
     else:
         proto = _float_onnx(state.model, log)
         if state.precision is not None:
-            proto = _float16_onnx(proto, state.precision)
+            proto = float16_onnx(proto, state.precision)
     _require_dynamic_batch(proto)
     try:
         onnx.checker.check_model(proto)
@@ -91,7 +91,7 @@ def _tf2onnx(log: Path, kind: str, convert) -> Any:
     return proto
 
 
-def _float16_onnx(proto: Any, precision: Any) -> Any:
+def float16_onnx(proto: Any, precision: Any) -> Any:
     from onnxconverter_common import float16
 
     matched = {pattern: [node.name for node in proto.graph.node if _names_layer(node, pattern)]

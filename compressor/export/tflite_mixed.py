@@ -86,7 +86,7 @@ def _cached_calibration(state: ModelState, ctx: Context, calibrate: Callable[[],
 def _float_layer_nodes(calibrated: bytes, float_layers: tuple[str, ...]) -> list[str]:
     """Output tensor names (what the quantizer's deny list matches) of the float layers' ops."""
     nodes, found = [], set()
-    for op_name, output, weight in _kernel_ops(calibrated):
+    for _op_name, output, weight in _kernel_ops(calibrated):
         layer = layer_of(weight, float_layers)
         if layer is not None:
             nodes.append(output)

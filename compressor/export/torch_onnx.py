@@ -18,7 +18,7 @@ from compressor.backends.torch_env import import_onnx
 from compressor.backends.torch_quant import converted
 from compressor.backends.torch_train import as_tensor, set_mode
 from compressor.errors import BackendUnavailableError
-from compressor.export.onnx import _float16_onnx
+from compressor.export.onnx import float16_onnx
 from compressor.export.quiet import captured_native_output, log_tail
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ def onnx_from_torch(state: ModelState, path: Path, ctx: Context, example: np.nda
         keep_float_kernels(proto, state.quantize.fallback_dtype)
     if state.precision is not None and state.quantize is None:
         # Before stripping: `exclude` patterns match the module paths in the node metadata.
-        proto = _float16_onnx(proto, state.precision)
+        proto = float16_onnx(proto, state.precision)
     _strip_debug_metadata(proto)
     try:
         onnx.checker.check_model(proto)
