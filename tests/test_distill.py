@@ -124,6 +124,23 @@ def test_distilling_after_pruning_keeps_the_zeros(kit, loaded_teacher):
     assert zeros >= 0.29 and state.sparsity == 0.3
 
 
+@slow
+def test_distill_after_qat_keeps_training_the_fake_quant_model_and_the_zeros(kit, loaded_teacher):
+    """Recipes may put distill last: it then fine-tunes the QAT model, pruned zeros included."""
+    ctx = kit.context(teacher=loaded_teacher)
+    state = kit.backend.prune(ModelState(model=kit.student(0)),
+                              PruneConfig(sparsity=0.3, epochs=0), ctx)
+    state = kit.backend.quantize_qat(state, QuantizeConfig(mode="qat", epochs=1), ctx)
+    zeros_before = [k == 0 for k in kit.kernels(state.model)]
+    before = kit.backend.predict(state.model, kit.data.val[0])
+    state = kit.backend.distill(state, DistillConfig(epochs=1), ctx)
+    assert state.quantize is not None and state.distill is not None
+    assert not np.allclose(before, kit.backend.predict(state.model, kit.data.val[0]))
+    assert sum(int(z.sum()) for z in zeros_before) >= 0.29 * sum(z.size for z in zeros_before)
+    assert all(np.all(after[zero] == 0)
+               for zero, after in zip(zeros_before, kit.kernels(state.model)))
+
+
 def test_unlabelled_data_distils_on_logits(kit, teacher, loaded_teacher):
     unlabelled = Data(train=(kit.data.train[0], None), val=kit.data.val)
     student = kit.student(0)
