@@ -43,7 +43,7 @@ def run(models: dict, log, torch_form: str = "pt2", nets=NETS) -> dict:
         if error:
             errors.append(f"{net}/{framework} evaluate: {error}")
             measured = [{"path": m[3], "error": error} for m in made]
-        for (recipe, side, fmt, path), facts in zip(made, measured):
+        for (recipe, side, fmt, _), facts in zip(made, measured):
             rows.append({"net": net, "framework": framework, "recipe": recipe, "side": side,
                          "format": fmt, **facts})
     add_ratios(rows)

@@ -133,7 +133,8 @@ def render(results: dict) -> str:
     cpu = meta.get("cpu", {})
     summary = (f"`make bench` (`python -m bench.run`) on {meta.get('cpus')} CPU(s) "
                f"({cpu.get('model', '?')}), {meta.get('started')}; total "
-               f"{_fmt(meta.get('wall_s'), 0)} s; load average at start {meta.get('loadavg_start')}, "
+               f"{_fmt(meta.get('wall_s'), 0)} s (of which {_fmt(meta.get('prepare_s'), 0)} s building "
+               "the models, cached in build/bench/models); load average at start {meta.get('loadavg_start')}, "
                f"at end {meta.get('loadavg_end')} (other people's jobs share this machine). Commit "
                f"{meta.get('commit')}. Every number is in `bench/results.json`; ratios are the point.")
     lines = ["# compressor benchmark", "", summary, ""]

@@ -75,6 +75,9 @@ def cpu_facts() -> dict:
 
 
 def git_commit() -> str:
+    """HEAD of the checkout; BENCH_COMMIT when the bench runs from an exported snapshot."""
+    if os.environ.get("BENCH_COMMIT"):
+        return os.environ["BENCH_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
                               text=True, check=True).stdout.strip()
@@ -107,7 +110,9 @@ def main(argv: list[str] | None = None) -> int:
                         "loadavg_start": [round(x, 2) for x in os.getloadavg()]},
                "cases": {}}
     frameworks = ["keras"] + (["torch"] if set(cases) & {"size", "speed", "overhead"} else [])
+    prepare_started = time.perf_counter()
     models, errors = prepare_models(frameworks)
+    results["meta"]["prepare_s"] = round(time.perf_counter() - prepare_started, 1)
     results["models"] = models
     results["prepare_errors"] = errors
     for name in cases:
