@@ -171,7 +171,8 @@ def keras_runs(tmp_path_factory):
     fp32 = {fmt: KerasBackend().export(ModelState(model=model), fmt, folder / f"fp32.{fmt}", ctx)
             for fmt in ("tflite", "onnx")}
     options = {"quiet": True, "latency": False}
-    return {"fp32_bytes": {fmt: path.stat().st_size for fmt, path in fp32.items()},
+    return {"model": model, "data": data, "ctx": ctx, "folder": folder,
+            "fp32_bytes": {fmt: path.stat().st_size for fmt, path in fp32.items()},
             "int8": compress(model, "int8", data, out_dir=folder / "int8", **options),
             "mixed": compress(model, "mixed_int8_fp16", data, out_dir=folder / "mixed", **options)}
 
@@ -207,6 +208,23 @@ def test_keras_mixed_int8_fp16_keeps_the_outlier_layer_float(keras_runs):
     cost = found["float_layer_costs"][0]["size_cost_bytes"]
     assert f"| bottleneck | +{found['ranking'][0]['sensitivity']:.4f} |" in markdown
     assert f"| yes | {cost:+,} B |" in markdown and 0 < cost < 4 * 64 * 16
+
+
+@slow
+def test_keras_float32_fallback_layers_in_both_formats(keras_runs):
+    """fallback_dtype: float32 keeps the layer's weights float32 in TFLite and ONNX."""
+    from compressor.runtimes import inspect_artifact
+
+    ctx, data = keras_runs["ctx"], keras_runs["data"]
+    config = QuantizeConfig(mode="ptq", fallback="auto", fallback_dtype="float32")
+    state = ModelState(model=keras_runs["model"], quantize=config, float_layers=("bottleneck",))
+    for fmt in ("tflite", "onnx"):
+        path = ctx.backend.export(state, fmt, keras_runs["folder"] / f"fp32_layer.{fmt}", ctx)
+        kernels = [w.dtype for w in inspect_artifact(path).weights if w.is_kernel]
+        assert sorted(kernels) == ["float32", "int8", "int8", "int8", "int8"], (fmt, kernels)
+        run = km.run_tflite if fmt == "tflite" else km.run_onnx
+        accuracy = km.accuracy(run(path, np.asarray(data.val[0])), data.val[1])
+        assert keras_runs["mixed"].report["baseline"]["value"] - accuracy <= 0.01, fmt
 
 
 # --- PyTorch: the same model shape, PT2E leaving the module float -------------------------
