@@ -67,7 +67,8 @@ def mlp_onnx(weights: dict, path) -> None:
 
     inits, nodes, prev = [], [], "x"
     for i in range(3):
-        inits += [numpy_helper.from_array(weights[f"w{i}"], f"w{i}"), numpy_helper.from_array(weights[f"b{i}"], f"b{i}")]
+        inits += [numpy_helper.from_array(weights[f"w{i}"], f"w{i}"),
+                  numpy_helper.from_array(weights[f"b{i}"], f"b{i}")]
         nodes += [helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"]),
                   helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"])]
         prev = f"a{i}"

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from compressor.errors import RecipeError
 from compressor.recipe import builtin_names, load_recipe, recipe_from_dict
@@ -99,7 +100,7 @@ def test_extends_cycle_is_an_error(tmp_path):
 
 def test_configs_are_immutable():
     step = load_recipe("prune50").steps[0]
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="frozen"):
         step.sparsity = 0.9  # type: ignore[misc]
 
 

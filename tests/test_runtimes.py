@@ -233,7 +233,8 @@ def test_inspect_tflite_reads_stored_dtypes_and_zeros(tflite_dir, kind, dtype):
     assert info.params >= 36 + 4 + 1440 + 10 and 0 < info.gzip_bytes < info.size_bytes
     assert info.ops["CONV_2D"] == info.ops["FULLY_CONNECTED"] == 1
     assert ("DEQUANTIZE" in info.ops) == (kind == "fp16")        # fp16 weights are dequantized at load
-    assert info.inputs[0]["shape"] == [-1, 8, 8, 1] and info.inputs[0]["dtype"] == ("int8" if kind == "int8" else "float32")
+    assert info.inputs[0]["shape"] == [-1, 8, 8, 1]
+    assert info.inputs[0]["dtype"] == ("int8" if kind == "int8" else "float32")
 
 
 @pytest.mark.slow
