@@ -55,19 +55,26 @@ def run(models: dict, log, nets=NETS) -> dict:
             "toolkit_timings_s": (tk.report or {}).get("timings_s"),
             "toolkit": tk.summary(), "baseline": base.summary(),
         })
+    return {"rows": rows, "growth": growth_of(rows), "errors": errors}
+
+
+def growth_of(rows: list[dict]) -> dict:
+    """Log-log slopes of cost vs parameters: whole cost, and cost above the smallest net."""
     ok = [r for r in rows if r["toolkit_ok"]]
+    base_ok = [r for r in rows if r["baseline_ok"]]
     params = [r["params"] for r in ok]
-    growth = {
+    return {
         "toolkit_wall_slope": slope(params, [r["toolkit_wall_s"] for r in ok]),
-        "toolkit_cpu_slope": slope(params, [r["toolkit_cpu_s"] for r in ok]),
+        "toolkit_cpu_slope": slope(params, [r.get("toolkit_cpu_s") for r in ok]),
         "toolkit_rss_slope": slope(params, [r["toolkit_peak_rss_mb"] for r in ok]),
-        "baseline_wall_slope": slope([r["params"] for r in rows if r["baseline_ok"]],
-                                     [r["baseline_wall_s"] for r in rows if r["baseline_ok"]]),
+        "baseline_wall_slope": slope([r["params"] for r in base_ok],
+                                     [r["baseline_wall_s"] for r in base_ok]),
         "toolkit_marginal_wall_slope": marginal_slope(ok, "toolkit_wall_s"),
         "toolkit_marginal_cpu_slope": marginal_slope(ok, "toolkit_cpu_s"),
         "toolkit_marginal_rss_slope": marginal_slope(ok, "toolkit_peak_rss_mb"),
+        "baseline_marginal_wall_slope": marginal_slope(base_ok, "baseline_wall_s"),
+        "baseline_marginal_rss_slope": marginal_slope(base_ok, "baseline_peak_rss_mb"),
     }
-    return {"rows": rows, "growth": growth, "errors": errors}
 
 
 def _ok(run_, value):
@@ -81,6 +88,8 @@ def marginal_slope(rows: list[dict], key: str) -> float | None:
     if len(rows) < 3:
         return None
     first = rows[0]
+    if any(r.get(key) is None for r in rows):
+        return None
     extra = [(r["params"] - first["params"], r[key] - first[key]) for r in rows[1:]]
     if any(dx <= 0 or dy <= 0 for dx, dy in extra):
         return None

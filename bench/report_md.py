@@ -134,7 +134,8 @@ def render(results: dict) -> str:
     summary = (f"`make bench` (`python -m bench.run`) on {meta.get('cpus')} CPU(s) "
                f"({cpu.get('model', '?')}), {meta.get('started')}; total "
                f"{_fmt(meta.get('wall_s'), 0)} s (of which {_fmt(meta.get('prepare_s'), 0)} s building "
-               "the models, cached in build/bench/models); load average at start {meta.get('loadavg_start')}, "
+               f"the models, cached in build/bench/models); {_fmt(meta.get('children_cpu_s'), 0)} CPU-seconds "
+               f"in child processes; load average at start {meta.get('loadavg_start')}, "
                f"at end {meta.get('loadavg_end')} (other people's jobs share this machine). Commit "
                f"{meta.get('commit')}. Every number is in `bench/results.json`; ratios are the point.")
     lines = ["# compressor benchmark", "", summary, ""]

@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import time
@@ -85,6 +86,28 @@ def git_commit() -> str:
         return "unknown"
 
 
+def judge(results: dict) -> None:
+    """Numbers derived from the measurements: scaling growth, targets and reasons for misses."""
+    scaling = results["cases"].get("scaling")
+    if scaling and "rows" in scaling:
+        scaling["growth"] = case_scaling.growth_of(scaling["rows"])
+    results["targets"] = targets.compute(results)
+    for name, target in results["targets"].items():
+        if not target["met"]:
+            target["why"] = why_missed(name, target, results)
+
+
+def render_again(path: Path) -> int:
+    """Recompute the derived numbers and the Markdown of an existing results file (no measuring)."""
+    results = json.loads(path.read_text())
+    judge(results)
+    path.write_text(json.dumps(results, indent=1, default=str) + "\n")
+    md = path.with_name("RESULTS.md") if path.name == "results.json" else path.with_suffix(".md")
+    md.write_text(report_md.render(results))
+    log(f"re-rendered {path} and {md}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -93,7 +116,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--torch-form", choices=["pt2", "function"], default="pt2",
                         help="how compress gets the PyTorch nets: .pt2 file or module:function + --weights")
     parser.add_argument("--out", type=Path, help="results .json path (RESULTS.md goes beside it)")
+    parser.add_argument("--render", type=Path, metavar="RESULTS_JSON",
+                        help="only recompute targets and the Markdown of an existing results file")
     args = parser.parse_args(argv)
+    if args.render:
+        return render_again(args.render)
     cases = args.only.split(",") if args.only else list(CASES)
     unknown = [c for c in cases if c not in CASES]
     if unknown:
@@ -125,10 +152,9 @@ def main(argv: list[str] | None = None) -> int:
         results["cases"][name]["wall_s"] = round(time.perf_counter() - case_started, 1)
         log(f"{name} done in {results['cases'][name]['wall_s']} s "
             f"({len(results['cases'][name].get('errors', []))} error(s))")
-    results["targets"] = targets.compute(results)
-    for name, target in results["targets"].items():
-        if not target["met"]:
-            target["why"] = why_missed(name, target, results)
+    judge(results)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    results["meta"]["children_cpu_s"] = round(children.ru_utime + children.ru_stime, 1)
     results["meta"]["wall_s"] = round(time.perf_counter() - started, 1)
     results["meta"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     out.parent.mkdir(parents=True, exist_ok=True)

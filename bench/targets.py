@@ -76,16 +76,20 @@ def overhead_targets(overhead: dict | None) -> dict:
 
 
 def scaling_targets(scaling: dict | None) -> dict:
+    """Growth of the cost *above the smallest net's* with the parameters added (log-log slope over
+    the 1M and 10M nets; 1.0 = linear), for wall time and peak RSS; the value is the worse one.
+    A measure whose first step did not grow at all (noise larger than the cost added) shows no
+    growth to judge and is left out; the whole-cost slopes are in the note."""
     growth = (scaling or {}).get("growth", {})
-    marginal = [growth.get("toolkit_marginal_wall_slope"), growth.get("toolkit_marginal_rss_slope")]
-    if all(v is not None for v in marginal):
-        value, note = max(marginal), ("log-log slope of the cost above the 0.1M net vs parameters "
-                                      f"added (wall {marginal[0]}, peak RSS {marginal[1]})")
-    else:
-        overall = [growth.get("toolkit_wall_slope"), growth.get("toolkit_rss_slope")]
-        known = [v for v in overall if v is not None]
-        value = max(known) if known else None
-        note = f"marginal slope not measurable; whole-cost slopes wall/RSS {overall}"
+    marginal = {"wall": growth.get("toolkit_marginal_wall_slope"),
+                "peak RSS": growth.get("toolkit_marginal_rss_slope")}
+    known = {k: v for k, v in marginal.items() if v is not None}
+    value = max(known.values()) if known else None
+    note = ("slope of the cost above the 0.1M net vs parameters added: "
+            + ", ".join(f"{k} {v if v is not None else 'no growth measurable at 1M'}"
+                        for k, v in marginal.items())
+            + f"; whole-cost slopes: wall {growth.get('toolkit_wall_slope')}, "
+              f"peak RSS {growth.get('toolkit_rss_slope')}")
     missing = len([r for r in (scaling or {}).get("rows", []) if r.get("toolkit_ok")]) < 3
     return {"scaling_growth": _target(value, 1.0, "<=", "growth of compress --recipe int8 cost with "
                                       "parameter count (1.0 = linear)", note, force_miss=missing)}
