@@ -137,7 +137,9 @@ def render(results: dict) -> str:
                f"the models, cached in build/bench/models); {_fmt(meta.get('children_cpu_s'), 0)} CPU-seconds "
                f"in child processes; load average at start {meta.get('loadavg_start')}, "
                f"at end {meta.get('loadavg_end')} (other people's jobs share this machine). Commit "
-               f"{meta.get('commit')}. Every number is in `bench/results.json`; ratios are the point.")
+               f"{meta.get('commit')}"
+               + (f" (targets recomputed at {meta['rendered_commit']})" if meta.get("rendered_commit") else "")
+               + ". Every number is in `bench/results.json`; ratios are the point.")
     lines = ["# compressor benchmark", "", summary, ""]
     lines += targets_section(results)
     cases = results.get("cases", {})

@@ -100,6 +100,7 @@ def judge(results: dict) -> None:
 def render_again(path: Path) -> int:
     """Recompute the derived numbers and the Markdown of an existing results file (no measuring)."""
     results = json.loads(path.read_text())
+    results["meta"]["rendered_commit"] = git_commit()
     judge(results)
     path.write_text(json.dumps(results, indent=1, default=str) + "\n")
     md = path.with_name("RESULTS.md") if path.name == "results.json" else path.with_suffix(".md")
