@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from compressor.backends.examples import train_torch_classifier
 from compressor.context import Context, Data
 from compressor.progress import Progress
 
@@ -60,19 +61,7 @@ def digits_residual(seed: int = 0) -> DigitsResidual:
 def train(model: nn.Module, data: Data, epochs: int = 8, lr: float = 3e-3,
           seed: int = 0) -> nn.Module:
     """Plain Adam + cross-entropy training, in place; returns the model in eval mode."""
-    torch.manual_seed(seed)
-    x, y = (torch.from_numpy(np.asarray(a)) for a in data.train)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    generator = torch.Generator().manual_seed(seed)
-    model.train()
-    for _ in range(epochs):
-        order = torch.randperm(len(x), generator=generator)
-        for start in range(0, len(x), 32):
-            batch = order[start:start + 32]
-            optimizer.zero_grad()
-            nn.functional.cross_entropy(model(x[batch]), y[batch]).backward()
-            optimizer.step()
-    return model.eval()
+    return train_torch_classifier(model, *data.train, epochs=epochs, lr=lr, seed=seed)
 
 
 def accuracy(outputs: np.ndarray, labels: np.ndarray) -> float:

@@ -67,13 +67,19 @@ def torch_digits_cnn(filters: tuple[int, int] = (16, 32), dense: int = 64, seed:
 
 def train_torch_digits_cnn(epochs: int = 8, seed: int = 0, lr: float = 3e-3, **shape):
     """A trained torch digits CNN (plain Adam + cross-entropy loop, a few seconds)."""
-    import numpy as np
-    import torch
-
     from compressor.data import digits
 
     model = torch_digits_cnn(seed=seed, **shape)
-    x, y = (torch.from_numpy(np.asarray(a)) for a in digits("NCHW").train)
+    return train_torch_classifier(model, *digits("NCHW").train, epochs=epochs, lr=lr, seed=seed)
+
+
+def train_torch_classifier(model, x, y, epochs: int = 8, lr: float = 3e-3, seed: int = 0):
+    """Plain Adam + cross-entropy, batches of 32, in place; returns the model in eval mode."""
+    import numpy as np
+    import torch
+
+    torch.manual_seed(seed)
+    x, y = (torch.from_numpy(np.asarray(a)) for a in (x, y))
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     generator = torch.Generator().manual_seed(seed)
     model.train()

@@ -26,8 +26,6 @@ STANDARD_DOMAINS = ("", "ai.onnx", "com.microsoft")
 
 
 def onnx_from_keras(state: ModelState, path: Path, ctx: Context) -> Path:
-    import onnx
-
     log = Path(ctx.workdir) / "logs" / "onnx-convert.log"
     if state.quantize is not None:
         proto = _int8_onnx(state, ctx, log)
@@ -41,10 +39,17 @@ def onnx_from_keras(state: ModelState, path: Path, ctx: Context) -> Path:
         if state.precision is not None:
             proto = float16_onnx(proto, state.precision)
     _require_dynamic_batch(proto)
+    return save_checked_onnx(proto, path, log)
+
+
+def save_checked_onnx(proto: Any, path: Path, log: Path) -> Path:
+    """onnx.checker first, so an invalid graph is a typed error and never written."""
+    import onnx
+
     try:
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as exc:
-        raise BackendUnavailableError(f"the converted ONNX model is invalid ({_first_line(exc)}); "
+        raise BackendUnavailableError(f"the exported ONNX model is invalid ({_first_line(exc)}); "
                                       f"see {log}, or export tflite only") from None
     onnx.save(proto, str(path))
     return path

@@ -18,7 +18,7 @@ from compressor.backends.torch_env import import_onnx
 from compressor.backends.torch_quant import converted
 from compressor.backends.torch_train import as_tensor, set_mode
 from compressor.errors import BackendUnavailableError
-from compressor.export.onnx import float16_onnx
+from compressor.export.onnx import float16_onnx, save_checked_onnx
 from compressor.export.quiet import captured_native_output, log_tail
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ EXPORT_ERRORS = (RuntimeError, TypeError, ValueError, NotImplementedError, KeyEr
 
 
 def onnx_from_torch(state: ModelState, path: Path, ctx: Context, example: np.ndarray) -> Path:
-    onnx = import_onnx()
+    import_onnx()   # a typed error naming the package when onnx / onnxscript are missing
     log = Path(ctx.workdir) / "logs" / "onnx-export.log"
     if state.quantize is not None:
         module, kind = converted(state.model, fold_quantize=True), "int8"
@@ -46,13 +46,7 @@ def onnx_from_torch(state: ModelState, path: Path, ctx: Context, example: np.nda
         # Before stripping: `exclude` patterns match the module paths in the node metadata.
         proto = float16_onnx(proto, state.precision)
     _strip_debug_metadata(proto)
-    try:
-        onnx.checker.check_model(proto)
-    except onnx.checker.ValidationError as exc:
-        raise BackendUnavailableError(f"the exported ONNX model is invalid ({_first_line(exc)}); "
-                                      f"see {log}, or export tflite only") from None
-    onnx.save(proto, str(path))
-    return path
+    return save_checked_onnx(proto, path, log)
 
 
 def _exported_proto(module: torch.nn.Module, example: np.ndarray, log: Path, kind: str) -> Any:
