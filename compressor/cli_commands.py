@@ -53,9 +53,9 @@ def _inspect(argv: list[str]) -> int:
         "est_peak_memory_bytes": info.est_peak_memory_bytes,
     }
     if args.target:
-        from compressor.devices import get_profile
+        from compressor.devices import fits
 
-        summary["fits_target"] = info.est_peak_memory_bytes <= get_profile(args.target).budget_bytes
+        summary["fits_target"] = fits(info, args.target)
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0

@@ -1,27 +1,28 @@
-"""What a pass may use (Context) and the run state passes hand to each other (ModelState).
+"""What passes and backends work with: the data (Data), the run (Context), and the model state
+the passes hand to each other (ModelState).
 
-Configs are immutable; everything that changes during a run (the wrapped model, what the
-export must still do) lives in ModelState, which passes return anew.
+Configs are immutable; everything that changes during a run lives in ModelState, which passes
+return anew. ModelState names no individual pass: it records the steps applied so far, and
+code asks it for the last step of a type (`state.last(QuantizeConfig)`).
 """
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 
+from compressor.steps import StepConfig
+
 if TYPE_CHECKING:
-    from compressor.backends.base import Backend
-    from compressor.fallback import FallbackResult
-    from compressor.passes.distill import DistillConfig
-    from compressor.passes.precision import PrecisionConfig
-    from compressor.passes.quantize import QuantizeConfig
     from compressor.progress import Progress
-    from compressor.recipe import ValidateConfig
+    from compressor.steps import ValidateConfig
 
 Split = tuple[np.ndarray, "np.ndarray | None"]
+S = TypeVar("S", bound=StepConfig)
 
 
 @dataclass(frozen=True)
@@ -41,44 +42,59 @@ class Data:
         return self.val is not None and self.val[1] is not None
 
 
+class ReportSection(Protocol):
+    """Something a step found that report.json records under `key` (e.g. the int8 fallback
+    search), completed with facts read back from the finished artifacts."""
+
+    key: str
+
+    def report(self, artifacts: Mapping[str, Path]) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class ModelState:
-    """The model as the passes leave it, plus what the exporters still have to apply.
+    """The model as the passes leave it, and what export must still know about it.
 
-    `quantize` set by a qat step means the model already carries fake-quant ranges; by a
-    ptq step, that export must calibrate. `precision` asks export for lower-precision floats.
-    `distill` stays set after a distill step so later fine-tuning keeps the teacher's loss.
-    `float_layers` names layers that quantize and export keep in float (int8 fallback);
-    `fallback` is what the fallback search measured, for the report.
+    `steps` are the recipe steps applied so far, in order: a ptq quantize step there means
+    export calibrates, a precision step asks for float16, a distill step keeps the teacher's
+    loss in later fine-tuning. `float_layers` names layers that int8 quantization and export
+    keep in float (quantize fallback); `sections` go into report.json.
     """
 
     model: Any
-    quantize: QuantizeConfig | None = None
-    precision: PrecisionConfig | None = None
-    distill: DistillConfig | None = None
-    sparsity: float = 0.0
+    steps: tuple[StepConfig, ...] = ()
     float_layers: tuple[str, ...] = ()
-    fallback: FallbackResult | None = None
+    sections: tuple[ReportSection, ...] = ()
+
+    def last(self, kind: type[S]) -> S | None:
+        """The most recent applied step of this config type, or None."""
+        return next((step for step in reversed(self.steps) if isinstance(step, kind)), None)
 
     def replace(self, **changes: Any) -> ModelState:
         return dataclasses.replace(self, **changes)
 
+    def after(self, step: StepConfig) -> ModelState:
+        """This state with `step` recorded as applied."""
+        return self.replace(steps=(*self.steps, step))
+
+    def with_section(self, section: ReportSection) -> ModelState:
+        kept = tuple(s for s in self.sections if s.key != section.key)
+        return self.replace(sections=(*kept, section))
+
 
 @dataclass
 class Context:
-    """Everything a pass may touch besides the model: no globals, so sweeps can fan out."""
+    """Everything a pass or a backend may touch besides the model: no globals, so sweeps can
+    fan out. The accuracy-gate fields are set by a pipeline run (None outside one) for
+    searches that measure candidates at step time (quantize fallback: auto)."""
 
     data: Data
-    backend: Backend
     progress: Progress
     workdir: Path
     seed: int = 0
     teacher: Any = None
-    extras: dict[str, Any] = field(default_factory=dict)
-    # The accuracy gate as the pipeline will apply it, for searches that run at step time
-    # (quantize fallback: auto). None outside a pipeline run.
+    formats: tuple[str, ...] = ()             # export formats, first = the one searches measure
     validation: ValidateConfig | None = None
     metric: Any = None                        # a custom metric function overriding validation's
     reference_outputs: np.ndarray | None = None   # the original model's outputs on data.val
     baseline_value: float | None = None       # the original model's metric on data.val
-    formats: tuple[str, ...] = ()             # export formats, first = the one searches measure

@@ -47,12 +47,16 @@ class DeviceProfile:
         """Whether the device has a runtime for artifacts of this format ("tflite" / "onnx")."""
         return FORMAT_RUNTIMES.get(fmt) in self.runtimes
 
+    def fits(self, est_peak_memory_bytes: int) -> bool:
+        """Whether a model estimated to need this much memory is within the budget."""
+        return est_peak_memory_bytes <= self.budget_bytes
+
 
 def fits(info: ArtifactInfo, profile: DeviceProfile | str) -> bool:
     """Whether the artifact's estimated peak memory is within the device's model budget."""
     if isinstance(profile, str):
         profile = get_profile(profile)
-    return info.est_peak_memory_bytes <= profile.budget_bytes
+    return profile.fits(info.est_peak_memory_bytes)
 
 
 def parse_size(value: Any, where: str) -> int:

@@ -42,3 +42,9 @@ class DeviceBudgetError(CompressorError):
     """An artifact does not fit the target device's memory budget."""
 
     exit_code = 4
+
+
+def first_line(exc: BaseException, limit: int = 240) -> str:
+    """The first line of an exception's message (or its type name), cut to `limit` characters:
+    what an error message quotes from a library's multi-line failure text."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:limit]

@@ -12,23 +12,13 @@ from typing import Annotated, Any, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-import compressor.passes  # noqa: F401  (fills the registry the step union is built from)
 from compressor.errors import RecipeError
-from compressor.registry import did_you_mean, pass_names, step_configs
+from compressor.registry import did_you_mean
+from compressor.steps import STEP_CONFIGS, ValidateConfig, step_kind
 
-# Union over a tuple built at import time; PEP 604 `|` cannot spell that.
-Step = Annotated[Union[step_configs()], Field(discriminator="kind")]  # type: ignore[valid-type]  # noqa: UP007
+# Union over a tuple of config classes; PEP 604 `|` cannot spell that.
+Step = Annotated[Union[STEP_CONFIGS], Field(discriminator="kind")]  # type: ignore[valid-type]  # noqa: UP007
 ExportFormat = Literal["tflite", "onnx"]
-
-
-class ValidateConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    metric: Literal["accuracy", "fidelity", "mse"] = Field(
-        "accuracy", description="accuracy (labels), fidelity (cosine vs the original's outputs) or mse")
-    max_drop: float = Field(0.01, ge=0.0, description="absolute metric drop allowed, e.g. 0.01")
-    min_fidelity: float | None = Field(None, gt=0.0, le=1.0,
-                                       description="for metric fidelity: lowest allowed, e.g. 0.99")
 
 
 class Recipe(BaseModel):
@@ -80,6 +70,11 @@ class Recipe(BaseModel):
 
     def sha256(self) -> str:
         return hashlib.sha256(self.to_yaml().encode()).hexdigest()
+
+
+def pass_names() -> list[str]:
+    """The `pass:` names a recipe step may use."""
+    return sorted(step_kind(cls) for cls in STEP_CONFIGS)
 
 
 # ---------------------------------------------------------------------------------- loading
@@ -196,7 +191,7 @@ def _public_loc(loc: tuple) -> tuple:
 def _model_at(loc: tuple) -> type[BaseModel] | None:
     """The pydantic model class that owns the last key of `loc`."""
     if len(loc) >= 3 and loc[0] == "steps" and loc[2] in pass_names():
-        return next(cls for cls in step_configs() if cls.model_fields["kind"].default == loc[2])
+        return next(cls for cls in STEP_CONFIGS if step_kind(cls) == loc[2])
     if loc and loc[0] in ("validate", "validation") and len(loc) == 2:
         return ValidateConfig
     return Recipe if len(loc) == 1 else None

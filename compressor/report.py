@@ -5,7 +5,10 @@ import json
 import platform
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from compressor.session import Session
 
 # Packages whose versions make a result reproducible; missing ones are simply left out.
 VERSIONED_PACKAGES = ("compressor", "numpy", "tensorflow", "tf-keras", "tensorflow-model-optimization",
@@ -21,6 +24,37 @@ def package_versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             continue
     return versions
+
+
+def build_report(session: Session, rows: list[dict[str, Any]], verdict: dict[str, Any]) -> dict:
+    """report.json's content for validated artifact `rows` and the gate / budget `verdict`."""
+    recipe = session.recipe
+    validation = recipe.validation
+    report = {
+        "recipe": {"name": recipe.name, "sha256": recipe.sha256()},
+        "seed": session.ctx.seed,
+        "target": session.target,
+        "budget_bytes": verdict["budget_bytes"],
+        "framework": session.backend.name,
+        "model": session.model_ref,
+        "data": session.ctx.data.name,
+        "baseline": {"metric": session.metric_name, "value": session.ctx.baseline_value,
+                     "size_bytes": session.info.size_bytes, "params": session.info.params},
+        "teacher": session.teacher_entry,
+        "artifacts": rows,
+        "gate": {"max_drop": validation.max_drop, "min_fidelity": validation.min_fidelity,
+                 "passed": verdict["gate_passed"]},
+        "passed": verdict["gate_passed"] and verdict["fits"],
+        "exit_code": verdict["exit_code"],
+        "failures": verdict["failures"],
+        "timings_s": {k: round(v, 3) for k, v in session.timings.items()},
+        "versions": package_versions(),
+    }
+    if session.user_loop is not None:
+        report["user_loop"] = session.user_loop
+    if session.sweep_key is not None:
+        report["sweep"] = session.sweep_key
+    return report
 
 
 def write_report(report: dict[str, Any], folder: Path) -> None:

@@ -16,8 +16,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from compressor.errors import CompressorError, DataError
-from compressor.pipeline import Session, finish, open_session, run_steps
+from compressor.pipeline import finish, run_steps
 from compressor.recipe import Recipe, load_recipe
+from compressor.session import Session, open_session
 
 ARTIFACT_COLUMNS = ("format", "path", "size_bytes", "gzip_bytes", "metric_value", "drop",
                     "sparsity", "weight_dtypes", "latency_ms_p50", "est_peak_memory_bytes",
@@ -58,7 +59,7 @@ def _sweep_one(model: Any, ref: Any, data: Any, out: Path, **options: Any) -> li
         session.ctx.progress.info(f"{recipe.name}: report for this model and recipe exists, skipped")
         _discard(session)
         return _rows(cached, cached=True)
-    session.options["report_extras"] = {"sweep": key}
+    session.sweep_key = key
     try:
         result = finish(session, run_steps(session))
     except CompressorError as exc:
@@ -76,7 +77,7 @@ def model_digest(model: Any, session: Session) -> str:
                 digest.update(chunk)
     else:
         digest.update(str(session.info.params).encode())
-        digest.update(np.ascontiguousarray(session.reference_outputs, dtype=np.float32).tobytes())
+        digest.update(np.ascontiguousarray(session.ctx.reference_outputs, dtype=np.float32).tobytes())
     return digest.hexdigest()
 
 

@@ -23,14 +23,14 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from compressor.backends import backend_for
+from compressor.backends import UserLoopBackend, backend_for
 from compressor.context import ModelState
 from compressor.data import load_data
 from compressor.errors import RecipeError, UsageError
-from compressor.pipeline import (Result, Session, check_output_folder, finish, open_session,
-                                 run_steps)
+from compressor.pipeline import Result, finish, run_steps
 from compressor.recipe import Recipe
-from compressor.registry import StepConfig, TrainingConfig
+from compressor.session import Session, check_output_folder, open_session
+from compressor.steps import QuantizeConfig, StepConfig
 
 # open_session checks an output folder, but a run's folder is only named at finalize (and
 # checked there); an existing folder with force=True passes that early check.
@@ -54,6 +54,9 @@ def prepare(model: Any, recipe: str | Path | Recipe, data: Any = "digits", *,
         raise UsageError(f"steps={steps!r}: give the number of optimizer steps your loop will "
                          "run (a positive int), or leave it out to use the recipe's epochs")
     backend = backend_for(model)
+    if not isinstance(backend, UserLoopBackend):
+        raise UsageError(f"{backend.name} models cannot be trained in your own loop; use "
+                         "cz.compress for this model")
     # Datasets are read into arrays once, here, and a wrong framework's data is refused.
     data = load_data(data, backend.image_layout, backend.name)
     session = open_session(model, recipe, data, out_dir=UNNAMED_OUTPUT, force=True, **options)
@@ -70,13 +73,13 @@ class TrainingRun:
     def __init__(self, session: Session, steps: int | None = None):
         self._session = session
         indexed = list(enumerate(session.recipe.steps))
-        first = next((i for i, (_, step) in enumerate(indexed) if trains_model(step)), None)
+        first = next((i for i, (_, step) in enumerate(indexed) if step.trains), None)
         before, handed = (indexed, None) if first is None else (indexed[:first], indexed[first])
         self._after = [] if first is None else indexed[first + 1:]
         self._handed_index = None if handed is None else handed[0]
         step = None if handed is None else handed[1]
         state = run_steps(session, steps=before)
-        if step is not None and state.quantize is not None:
+        if step is not None and state.last(QuantizeConfig) is not None:
             raise RecipeError(f"a {step.kind} step after an int8 quantize step would undo its "
                               "ranges; put quantize last in the recipe's steps")
         per_epoch = None
@@ -150,14 +153,16 @@ class TrainingRun:
         self._cleanup()
 
     def _trained_state(self, session: Session) -> ModelState:
-        state = session.backend.end_user_training(self._training, session.ctx)
         step = self._training.step
+        state = session.backend.end_user_training(self._training, session.ctx)
+        if step is not None:
+            state = state.after(step)
         key = "user_loop" if step is None else step.kind
         if self._handed_index is not None and key in session.timings:
             key = f"{key}.{self._handed_index}"
         session.timings[key] = time.perf_counter() - self._started
-        session.options.setdefault("report_extras", {})["user_loop"] = {
-            "step": None if step is None else step.kind, "steps_counted": self._steps_taken}
+        session.user_loop = {"step": None if step is None else step.kind,
+                             "steps_counted": self._steps_taken}
         return state
 
     def _check_open(self, call: str) -> None:
@@ -170,8 +175,3 @@ class TrainingRun:
         state = "finalized" if self._finalized else f"{self._steps_taken} steps"
         return (f"<TrainingRun {self._session.recipe.name}: your loop drives "
                 f"{step.kind if step is not None else 'plain fine-tuning'} ({state})>")
-
-
-def trains_model(step: StepConfig) -> bool:
-    """Whether a step fine-tunes the model (prune, qat quantize, distill): ptq only calibrates."""
-    return isinstance(step, TrainingConfig) and getattr(step, "mode", "qat") != "ptq"

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import numpy as np
 
 from compressor.errors import DataError
-from compressor.recipe import ValidateConfig
+from compressor.steps import ValidateConfig
 
 MetricFn = Callable[[np.ndarray, "np.ndarray | None"], float]
 

@@ -1,20 +1,22 @@
-"""Per-framework kits for the backend-agnostic suite (tests/test_backends.py).
+"""Per-framework kits for the backend-agnostic suites (tests/backends, tests/passes).
 
 A kit gives the backend, its image layout, a trained digits CNN, a BatchNorm + skip model
-trained for QAT, and the caller's weights as numpy arrays (to check they are left alone).
-Frameworks are imported when a kit method runs, not when this module is imported.
+trained for QAT, a model with one int8-hostile layer (quantize fallback), and the caller's
+weights as numpy arrays (to check they are left alone). Frameworks are imported when a kit
+method runs, not when this module is imported.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+import helpers
 import numpy as np
 
 from compressor.backends import get_backend
-from compressor.context import Context, Data
+from compressor.context import Context, Data, ModelState
 from compressor.data import digits
-from compressor.progress import Progress
+from compressor.steps import StepConfig
 
 
 class Kit:
@@ -31,8 +33,11 @@ class Kit:
         return tuple(self.data.val[0].shape[1:])
 
     def context(self, data: Data | None, workdir: Path, seed: int = 0) -> Context:
-        return Context(data=self.data if data is None else data, backend=self.backend,
-                       progress=Progress(quiet=True), workdir=Path(workdir), seed=seed)
+        return helpers.context(self.data if data is None else data, workdir, seed)
+
+    def apply(self, state: ModelState, config: StepConfig, ctx: Context) -> ModelState:
+        """`config`'s pass on `state` with this kit's backend, as a recipe step runs it."""
+        return helpers.apply(self.backend, state, config, ctx)
 
     def small(self, samples: int) -> Data:
         return Data(train=(self.data.train[0][:samples], self.data.train[1][:samples]),
@@ -62,14 +67,24 @@ class Kit:
     def params(self, model: Any) -> int:
         raise NotImplementedError
 
+    def outlier_model(self) -> Any:
+        """A trained digits classifier whose `bottleneck` dense layer reads one always-zero
+        unit through weights 500x the largest real one: harmless in float, but per-channel
+        int8 scales are set by the outliers and full int8 collapses (quantize fallback)."""
+        raise NotImplementedError
+
+    def head_name(self, model: Any) -> str:
+        """What a precision `exclude` pattern names the last dense layer by."""
+        raise NotImplementedError
+
 
 class KerasKit(Kit):
     name = "keras"
     framework_modules = ("tensorflow", "tf_keras", "tensorflow_model_optimization", "tf2onnx",
                          "onnx", "onnxruntime", "ai_edge_litert", "keras")
-    backend_imports = ("compressor.backends.keras_backend", "compressor.export",
-                       "compressor.export.tflite", "compressor.export.onnx",
-                       "compressor.export.quiet")
+    backend_imports = ("compressor.backends.keras", "compressor.backends.keras.tflite",
+                       "compressor.backends.keras.onnx", "compressor.export.int8",
+                       "compressor.quiet")
 
     def trained_cnn(self) -> Any:
         import keras_models as km
@@ -91,11 +106,39 @@ class KerasKit(Kit):
     def params(self, model: Any) -> int:
         return int(model.count_params())
 
+    def outlier_model(self) -> Any:
+        import keras_models as km
+
+        keras = km.tf_keras()
+        keras.utils.set_random_seed(0)
+        layers = keras.layers
+        model = keras.Sequential([
+            keras.Input((8, 8, 1)),
+            layers.Conv2D(16, 3, activation="relu", name="conv_a"),
+            layers.Conv2D(32, 3, activation="relu", name="conv_b"),
+            layers.Flatten(name="flatten"),
+            layers.Dense(64, activation="relu", name="hidden"),
+            layers.Dense(16, activation="relu", name="bottleneck"),
+            layers.Dense(10, name="logits"),
+        ], name="outlier_cnn")
+        km.train(model, self.data)
+        hidden, bottleneck = model.get_layer("hidden"), model.get_layer("bottleneck")
+        kernel, bias = hidden.get_weights()
+        kernel[:, 0], bias[0] = 0.0, -1.0                  # unit 0 of hidden: always 0
+        hidden.set_weights([kernel, bias])
+        kernel, bias = bottleneck.get_weights()
+        kernel[0, :] = 500 * np.abs(kernel).max()          # harmless in float: its input is 0
+        bottleneck.set_weights([kernel, bias])
+        return model
+
+    def head_name(self, model: Any) -> str:
+        return model.layers[-1].name          # Keras numbers layer names per process: read it
+
 
 class TorchKit(Kit):
     name = "torch"
     framework_modules = ("torch", "torchao", "litert_torch", "onnx")
-    backend_imports = ("compressor.backends.torch_backend",)
+    backend_imports = ("compressor.backends.torch",)
 
     def setup(self) -> None:
         # One thread: on shared 2-core machines that is faster than two contended ones.
@@ -128,6 +171,20 @@ class TorchKit(Kit):
 
     def params(self, model: Any) -> int:
         return sum(p.numel() for p in model.parameters())
+
+    def outlier_model(self) -> Any:
+        import torch
+        import torch_models as tm
+
+        torch.manual_seed(0)
+        model = tm.train(tm.OutlierNet(), self.data)
+        with torch.no_grad():
+            model.hidden.weight[0], model.hidden.bias[0] = 0.0, -1.0    # unit 0: always 0
+            model.bottleneck.weight[:, 0] = 500 * model.bottleneck.weight.abs().max()
+        return model
+
+    def head_name(self, model: Any) -> str:
+        return "head.3"                       # DigitsCNN.head: Flatten, Linear, ReLU, Linear
 
 
 KITS = {"keras": KerasKit, "torch": TorchKit}

@@ -1,4 +1,4 @@
-"""Per-framework helpers for the backend-agnostic distillation tests (tests/test_distill.py).
+"""Per-framework helpers for the backend-agnostic distillation tests (tests/passes/test_distill.py).
 
 Each kit builds the same models in its framework: a digits teacher CNN (~38k parameters), a
 student of the same shape at a fifth of its size (~7.7k), and a teacher with the wrong output
@@ -10,12 +10,13 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import helpers
 import numpy as np
 
 from compressor.backends import examples, get_backend
-from compressor.context import Context, Data
+from compressor.context import Context, Data, ModelState
 from compressor.data import digits
-from compressor.progress import Progress
+from compressor.steps import StepConfig
 
 STUDENT_SHAPE = {"filters": (8, 16), "dense": 24}   # about 20% of the teacher's parameters
 
@@ -29,8 +30,10 @@ class Kit:
 
     def context(self, data: Data | None = None, seed: int = 0, teacher: Any = None,
                 workdir: Path = Path("unused")) -> Context:
-        return Context(data=data or self.data, backend=self.backend, progress=Progress(quiet=True),
-                       workdir=workdir, seed=seed, teacher=teacher)
+        return helpers.context(data or self.data, workdir, seed, teacher)
+
+    def apply(self, state: ModelState, config: StepConfig, ctx: Context) -> ModelState:
+        return helpers.apply(self.backend, state, config, ctx)
 
     def accuracy(self, model: Any) -> float:
         outputs = self.backend.predict(model, self.data.val[0])
@@ -68,7 +71,7 @@ class KerasKit(Kit):
     def loss_value(self, config, student, labels, teacher) -> float:
         import tf_keras
 
-        from compressor.backends.keras_train import distillation_loss
+        from compressor.backends.keras.train import distillation_loss
 
         def hard(y, logits):
             return tf_keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
@@ -120,7 +123,7 @@ class TorchKit(Kit):
     def loss_value(self, config, student, labels, teacher) -> float:
         import torch
 
-        from compressor.backends.torch_train import distillation_loss
+        from compressor.backends.torch.train import distillation_loss
 
         hard = None if labels is None else torch.nn.functional.cross_entropy
         targets = [torch.from_numpy(teacher)]

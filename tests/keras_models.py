@@ -9,12 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from compressor.context import Context, Data
-from compressor.progress import Progress
+from compressor.context import Data
 
 
 def tf_keras():
-    from compressor.backends.keras_env import import_tf_keras
+    from compressor.backends.keras.env import import_tf_keras
 
     return import_tf_keras()
 
@@ -62,13 +61,6 @@ def train(model: Any, data: Data, epochs: int = 8, lr: float = 3e-3, seed: int =
 
 def accuracy(outputs: np.ndarray, labels: np.ndarray) -> float:
     return float(np.mean(np.argmax(outputs, axis=-1) == labels))
-
-
-def keras_context(data: Data, workdir: Path, seed: int = 0) -> Context:
-    from compressor.backends.keras_backend import KerasBackend
-
-    return Context(data=data, backend=KerasBackend(), progress=Progress(quiet=True),
-                   workdir=Path(workdir), seed=seed)
 
 
 def run_tflite(path: Path, x: np.ndarray) -> np.ndarray:

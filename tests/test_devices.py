@@ -53,7 +53,7 @@ def test_profile_file_with_a_one_megabyte_device(tmp_path):
 
 
 def test_a_real_artifact_does_not_fit_one_megabyte(tmp_path):
-    from test_runtimes import build_onnx  # a tiny Conv + Gemm net, inspected for real
+    from runtimes.test_runtimes import build_onnx  # a tiny Conv + Gemm net, inspected for real
 
     from compressor.runtimes import inspect_artifact
     info = inspect_artifact(build_onnx(tmp_path / "m.onnx"))

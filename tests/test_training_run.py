@@ -49,7 +49,7 @@ def trained(backend):
 def native_dataset(backend, split, shuffle=False):
     """The split as the framework's own input pipeline: tf.data or a torch DataLoader."""
     if backend == "keras":
-        from compressor.backends.keras_env import import_tensorflow
+        from compressor.backends.keras.env import import_tensorflow
 
         dataset = import_tensorflow().data.Dataset.from_tensor_slices(split)
         return (dataset.shuffle(len(split[0]), seed=0) if shuffle else dataset).batch(BATCH)

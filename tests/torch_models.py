@@ -5,15 +5,12 @@ folder is on sys.path (pytest puts it there).
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import torch
 from torch import nn
 
 from compressor.backends.examples import train_torch_classifier
-from compressor.context import Context, Data
-from compressor.progress import Progress
+from compressor.context import Data
 
 
 class DigitsCNN(nn.Module):
@@ -48,6 +45,22 @@ class DigitsResidual(nn.Module):
         return self.head(x.mean(dim=(2, 3)))
 
 
+class OutlierNet(nn.Module):
+    """Digits CNN with named dense layers `hidden`, `bottleneck`, `logits` (quantize fallback)."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(),
+                                      nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(),
+                                      nn.MaxPool2d(2))
+        self.hidden, self.bottleneck = nn.Linear(512, 64), nn.Linear(64, 16)
+        self.logits = nn.Linear(16, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.hidden(torch.flatten(self.features(x), 1)))
+        return self.logits(torch.relu(self.bottleneck(x)))
+
+
 def digits_cnn(seed: int = 0) -> DigitsCNN:
     torch.manual_seed(seed)
     return DigitsCNN()
@@ -66,10 +79,3 @@ def train(model: nn.Module, data: Data, epochs: int = 8, lr: float = 3e-3,
 
 def accuracy(outputs: np.ndarray, labels: np.ndarray) -> float:
     return float(np.mean(np.argmax(outputs, axis=-1) == labels))
-
-
-def torch_context(data: Data, workdir: Path, seed: int = 0) -> Context:
-    from compressor.backends.torch_backend import TorchBackend
-
-    return Context(data=data, backend=TorchBackend(), progress=Progress(quiet=True),
-                   workdir=Path(workdir), seed=seed)

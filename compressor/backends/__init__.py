@@ -4,10 +4,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from compressor.backends.base import Backend, ModelInfo
+from compressor.backends.base import Backend, ModelInfo, UserLoopBackend
 from compressor.errors import BackendUnavailableError, ModelLoadError
 
-__all__ = ["Backend", "ModelInfo", "backend_for", "get_backend"]
+__all__ = ["Backend", "ModelInfo", "UserLoopBackend", "backend_for", "framework_of", "get_backend"]
 
 KERAS_SUFFIXES = (".keras", ".h5", ".hdf5")
 TORCH_SUFFIXES = (".pt2", ".pt", ".pth", ".ts")
@@ -15,12 +15,12 @@ TORCH_SUFFIXES = (".pt2", ".pt", ".pth", ".ts")
 
 def get_backend(name: str) -> Backend:
     if name == "keras":
-        from compressor.backends.keras_backend import KerasBackend
+        from compressor.backends.keras import KerasBackend
 
         return KerasBackend()
     if name == "torch":
         try:
-            from compressor.backends.torch_backend import TorchBackend
+            from compressor.backends.torch import TorchBackend
         except ImportError as exc:
             raise BackendUnavailableError(
                 f"the PyTorch backend is not available here ({exc}); "

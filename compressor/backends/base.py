@@ -1,25 +1,23 @@
 """The Backend protocol: the only place framework work happens.
 
 Passes call these methods and never branch on the framework. One backend per framework
-(keras_backend.py, torch_backend.py); each keeps its training loop in one place so that a
-distribution strategy / process group can wrap model, data and optimizer later.
+(backends/keras/, backends/torch/); each keeps its training loop in one place so that a
+distribution strategy / process group can wrap model, data and optimizer. A new quantize
+mode or pass option never adds a method: the config carries it.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
 if TYPE_CHECKING:
     from compressor.context import Context, ModelState
-    from compressor.passes.distill import DistillConfig
-    from compressor.passes.precision import PrecisionConfig
-    from compressor.passes.prune import PruneConfig
-    from compressor.passes.quantize import QuantizeConfig
-    from compressor.registry import StepConfig
+    from compressor.steps import (DistillConfig, PrecisionConfig, PruneConfig, QuantizeConfig,
+                                  StepConfig)
 
 
 @dataclass(frozen=True)
@@ -31,6 +29,43 @@ class ModelInfo:
     input_dtype: str                      # numpy dtype name, e.g. "float32" or "int64"
     output_shape: tuple[int | None, ...]
     size_bytes: int                       # float32 weight bytes (params x 4 for fp32 models)
+
+
+class Backend(Protocol):
+    name: str          # "keras" | "torch"
+    image_layout: str  # how built-in image data is laid out for this framework: "NHWC" | "NCHW"
+
+    def load(self, source: Any, *, weights: str | None = None, trust_pickle: bool = False) -> Any:
+        """A model from a path, `module:function`, or an in-memory model (cloned, never mutated)."""
+
+    def clone(self, model: Any) -> Any:
+        """A private copy with equal weights, so passes never touch the caller's model."""
+
+    def describe(self, model: Any, example: np.ndarray | None = None) -> ModelInfo:
+        """Params and I/O of `model`; `example` (a few inputs) is for frameworks whose modules do
+        not declare an input shape: it is run once, and a DataError says if it does not fit."""
+
+    def predict(self, model: Any, x: np.ndarray, batch_size: int = 256) -> np.ndarray:
+        """Raw outputs (logits) of the framework model, in inference mode."""
+
+    def prune(self, state: ModelState, config: PruneConfig, ctx: Context) -> ModelState:
+        """The state with `config.sparsity` of each prunable kernel zeroed, fine-tuned."""
+
+    def quantize(self, state: ModelState, config: QuantizeConfig, ctx: Context) -> ModelState:
+        """int8 in `config.mode` (fine-tuned fake-quant, calibration, or marked for export),
+        leaving `state.float_layers` float."""
+
+    def quantizable_layers(self, state: ModelState) -> list[str]:
+        """Names of the layers int8 quantizes, which `state.float_layers` may name instead."""
+
+    def distill(self, state: ModelState, config: DistillConfig, ctx: Context) -> ModelState:
+        """The state trained against `ctx.teacher`'s soft targets (pruned zeros kept)."""
+
+    def to_precision(self, state: ModelState, config: PrecisionConfig, ctx: Context) -> ModelState:
+        """The state ready for lower-precision float export (float16 weights, float32 I/O)."""
+
+    def export(self, state: ModelState, fmt: str, path: Path, ctx: Context) -> Path:
+        """Write the artifact for `fmt` ("tflite" | "onnx") at `path`; return it."""
 
 
 @dataclass
@@ -53,39 +88,9 @@ class UserTraining:
     backend_state: Any = None
 
 
-class Backend(Protocol):
-    name: str          # "keras" | "torch"
-    image_layout: str  # how built-in image data is laid out for this framework: "NHWC" | "NCHW"
-
-    def load(self, source: Any, *, weights: str | None = None, trust_pickle: bool = False) -> Any:
-        """A model from a path, `module:function`, or an in-memory model (cloned, never mutated)."""
-
-    def save(self, model: Any, path: Path) -> Path: ...
-
-    def clone(self, model: Any) -> Any: ...
-
-    def describe(self, model: Any, example: np.ndarray | None = None) -> ModelInfo:
-        """Params and I/O of `model`; `example` (a few inputs) is for frameworks whose modules do
-        not declare an input shape: it is run once, and a DataError says if it does not fit."""
-
-    def predict(self, model: Any, x: np.ndarray, batch_size: int = 256) -> np.ndarray:
-        """Raw outputs (logits) of the framework model, in inference mode."""
-
-    def prune(self, state: ModelState, config: PruneConfig, ctx: Context) -> ModelState: ...
-
-    def quantize_qat(self, state: ModelState, config: QuantizeConfig, ctx: Context) -> ModelState: ...
-
-    def quantize_ptq(self, state: ModelState, config: QuantizeConfig, ctx: Context) -> ModelState: ...
-
-    def quantizable_layers(self, state: ModelState) -> list[str]:
-        """Names of the layers int8 quantizes, which `state.float_layers` may name instead."""
-
-    def distill(self, state: ModelState, config: DistillConfig, ctx: Context) -> ModelState: ...
-
-    def to_precision(self, state: ModelState, config: PrecisionConfig, ctx: Context) -> ModelState: ...
-
-    def export(self, state: ModelState, fmt: str, path: Path, ctx: Context) -> Path:
-        """Write the artifact for `fmt` ("tflite" | "onnx") at `path`; return it."""
+@runtime_checkable
+class UserLoopBackend(Protocol):
+    """A backend whose training steps can run inside the user's own loop (`cz.prepare`)."""
 
     def start_user_training(self, state: ModelState, step: StepConfig | None, ctx: Context,
                             steps_per_epoch: int | None = None) -> UserTraining:
@@ -94,4 +99,5 @@ class Backend(Protocol):
         optimizer steps (default: the training split in batches of `step.batch_size`)."""
 
     def end_user_training(self, training: UserTraining, ctx: Context) -> ModelState:
-        """The state as `step`'s pass would leave it: wrappers stripped, final masks applied."""
+        """The state as `step`'s pass would leave it (without recording the step): wrappers
+        stripped, final masks applied."""

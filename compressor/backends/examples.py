@@ -11,7 +11,7 @@ from pathlib import Path
 
 def keras_digits_cnn(filters: tuple[int, int] = (16, 32), dense: int = 64):
     """An untrained tf_keras CNN for (8, 8, 1) digits images with 10 logits."""
-    from compressor.backends.keras_env import import_tf_keras
+    from compressor.backends.keras.env import import_tf_keras
 
     keras = import_tf_keras()   # quiet, Keras-2 configured import
 
@@ -28,7 +28,7 @@ def keras_digits_cnn(filters: tuple[int, int] = (16, 32), dense: int = 64):
 
 def train_keras_digits_cnn(epochs: int = 8, seed: int = 0, **shape):
     """A trained digits CNN (about 0.97-0.99 val accuracy after 8 epochs, ~5 s on 2 cores)."""
-    from compressor.backends.keras_env import import_tf_keras
+    from compressor.backends.keras.env import import_tf_keras
 
     keras = import_tf_keras()
 

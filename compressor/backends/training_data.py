@@ -10,7 +10,7 @@ from compressor.errors import DataError
 
 if TYPE_CHECKING:
     from compressor.context import Context
-    from compressor.registry import TrainingConfig
+    from compressor.steps import TrainingConfig
 
 
 def training_inputs(ctx: Context, purpose: str) -> tuple[np.ndarray, np.ndarray | None]:
@@ -24,3 +24,11 @@ def training_inputs(ctx: Context, purpose: str) -> tuple[np.ndarray, np.ndarray 
 
 def steps_per_epoch(ctx: Context, config: TrainingConfig, purpose: str) -> int:
     return math.ceil(len(training_inputs(ctx, purpose)[0]) / config.batch_size)
+
+
+def calibration_samples(ctx: Context, count: int) -> np.ndarray:
+    """`count` training inputs for int8 calibration: a seeded random subset (training splits
+    are often ordered by class), in their original order."""
+    x, _ = training_inputs(ctx, "int8 calibration")
+    chosen = np.random.default_rng(ctx.seed).permutation(len(x))[:count]
+    return x[np.sort(chosen)]

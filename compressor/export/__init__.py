@@ -1,33 +1,13 @@
-"""Exporters: compressed framework models -> deployable artifacts (.tflite, .onnx).
+"""Framework-neutral artifact work, shared by every backend's exporters.
 
-The format modules import TensorFlow / tf2onnx / onnx lazily, only when an export runs.
-Keras routes: tflite.py (TFLiteConverter: fp32, fp16, full int8) and onnx.py (tf2onnx:
-fp32 / fp16 from the Keras model, int8 from the int8 TFLite so weights stay int8).
+- onnx.py: checked saves, float16 conversion, layer-name matching on ONNX graphs.
+- onnx_mixed.py: float layers inside int8 / float16 ONNX graphs.
+- tflite.py: TFLite flatbuffer edits (float16 weights) and op-level dtype reads.
+- int8.py: the read-back check that an "int8" artifact computes its kernels in int8.
+
+The framework-specific routes (TFLiteConverter, tf2onnx, torch.onnx, litert-torch) live in
+backends/keras and backends/torch. Nothing here imports a backend.
 """
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING
-
-from compressor.errors import BackendUnavailableError
-
-if TYPE_CHECKING:
-    from compressor.context import Context, ModelState
-
 FORMATS = ("tflite", "onnx")
-
-
-def export_keras(state: ModelState, fmt: str, path: Path, ctx: Context) -> Path:
-    """Write the `fmt` artifact of a tf_keras model state at `path`; state.model is not changed."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if fmt == "tflite":
-        from compressor.export.tflite import tflite_from_keras
-
-        return tflite_from_keras(state, path, ctx)
-    if fmt == "onnx":
-        from compressor.export.onnx import onnx_from_keras
-
-        return onnx_from_keras(state, path, ctx)
-    raise BackendUnavailableError(f"cannot export to {fmt!r}; the formats are "
-                                  f"{', '.join(FORMATS)}")

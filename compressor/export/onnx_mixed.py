@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-KERNEL_OPS = {"Conv": 1, "ConvTranspose": 1, "MatMul": 1, "Gemm": 1}
+from compressor.kernel_ops import ONNX_KERNEL_INPUTS
+
 LAYOUT_OPS = ("Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze")
 
 
@@ -32,14 +33,13 @@ def float_kernel_nodes(proto: Any) -> list[Any]:
     floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
     found = []
     for node in proto.graph.node:
-        index = KERNEL_OPS.get(node.op_type)
-        if index is None or len(node.input) <= index:
-            continue
-        weight = node.input[index]
-        while weight in producers and producers[weight].op_type in ("Cast", "Transpose"):
-            weight = producers[weight].input[0]
-        if weight in initializers and initializers[weight].data_type in floats:
-            found.append(node)
+        for index in ONNX_KERNEL_INPUTS.get(node.op_type, ()):
+            weight = node.input[index] if index < len(node.input) else ""
+            while weight in producers and producers[weight].op_type in ("Cast", "Transpose"):
+                weight = producers[weight].input[0]
+            if weight in initializers and initializers[weight].data_type in floats:
+                found.append(node)
+                break
     return found
 
 
@@ -105,7 +105,8 @@ def _store_weight_float16(proto: Any, node: Any) -> None:
     from onnx import numpy_helper
 
     initializers = {init.name: init for init in proto.graph.initializer}
-    name = node.input[KERNEL_OPS[node.op_type]]
+    names = [node.input[i] for i in ONNX_KERNEL_INPUTS[node.op_type] if i < len(node.input)]
+    name = next((n for n in names if n in initializers), "")
     weight = initializers.get(name)
     if weight is None or weight.data_type != onnx.TensorProto.FLOAT:
         return

@@ -1,22 +1,16 @@
 """Lower-precision floats (float16 / bfloat16) for weights, keeping float32 I/O by default."""
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import Field
+from typing import TYPE_CHECKING
 
 from compressor.context import Context, ModelState
-from compressor.passes.order import refuse_mixing_int8_and_float16
 from compressor.errors import BackendUnavailableError
-from compressor.registry import StepConfig, register_pass
+from compressor.passes.order import refuse_mixing_int8_and_float16
+from compressor.registry import register_pass
+from compressor.steps import PrecisionConfig
 
-
-class PrecisionConfig(StepConfig):
-    kind: Literal["precision"] = Field("precision", alias="pass")
-    dtype: Literal["float16", "bfloat16"] = "float16"
-    keep_io_types: bool = Field(True, description="keep model inputs/outputs float32")
-    exclude: tuple[str, ...] = Field((), description="layer-name patterns kept in float32")
-
+if TYPE_CHECKING:
+    from compressor.backends.base import Backend
 
 # Why each export format cannot deliver bfloat16 (checked on this stack, see tests).
 BFLOAT16_BLOCKERS = {
@@ -27,11 +21,12 @@ BFLOAT16_BLOCKERS = {
 
 
 @register_pass(PrecisionConfig)
-def precision(state: ModelState, config: PrecisionConfig, ctx: Context) -> ModelState:
+def precision(state: ModelState, config: PrecisionConfig, ctx: Context,
+              backend: Backend) -> ModelState:
     if config.dtype == "bfloat16":
         formats = ctx.formats or tuple(BFLOAT16_BLOCKERS)
         reasons = "; ".join(f"{fmt}: {BFLOAT16_BLOCKERS[fmt]}" for fmt in formats)
         raise BackendUnavailableError(f"precision dtype bfloat16 cannot be exported ({reasons}); "
                                       "use dtype: float16")
     refuse_mixing_int8_and_float16(state, "precision")
-    return ctx.backend.to_precision(state, config, ctx)
+    return backend.to_precision(state, config, ctx).after(config)

@@ -1,44 +1,37 @@
-"""int8 quantization: quantization-aware training (qat) or post-training calibration (ptq)."""
+"""int8 quantization: quantization-aware training (qat) or post-training calibration (ptq).
+
+How a mode is carried out is the backend's business; with `fallback: auto` the search in
+passes/fallback.py keeps the most sensitive layers float until the accuracy gate passes.
+"""
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import Field
+from typing import TYPE_CHECKING
 
 from compressor.context import Context, ModelState
-from compressor.passes.order import refuse_after_quantize, refuse_mixing_int8_and_float16
 from compressor.errors import RecipeError
-from compressor.registry import TrainingConfig, register_pass
+from compressor.passes.order import refuse_after_quantize, refuse_mixing_int8_and_float16
+from compressor.registry import register_pass
+from compressor.steps import QuantizeConfig
 
-# Kept as an open list: transformer-friendly modes (dynamic, weight_only) slot in here.
-QuantizeMode = Literal["qat", "ptq"]
-
-
-class QuantizeConfig(TrainingConfig):
-    kind: Literal["quantize"] = Field("quantize", alias="pass")
-    mode: QuantizeMode = Field("qat", description="qat (fine-tune with fake-quant) or ptq (calibrate)")
-    dtype: Literal["int8"] = "int8"
-    preserve_sparsity: bool = Field(True, description="keep pruned weights at zero during QAT")
-    calibration_samples: int = Field(256, ge=1, description="training samples used to calibrate ptq")
-    io_dtype: Literal["float32", "int8"] = Field(
-        "float32", description="artifact input/output type; float32 is what most apps feed")
-    fallback: Literal["none", "auto"] = Field(
-        "none", description="auto: keep the most sensitive layers float until the gate passes")
-    fallback_dtype: Literal["float16", "float32"] = "float16"
-    max_float_layers: int = Field(3, ge=1, description="most layers the fallback may keep float")
+if TYPE_CHECKING:
+    from compressor.backends.base import Backend
 
 
 @register_pass(QuantizeConfig)
-def quantize(state: ModelState, config: QuantizeConfig, ctx: Context) -> ModelState:
+def quantize(state: ModelState, config: QuantizeConfig, ctx: Context,
+             backend: Backend) -> ModelState:
     if config.fallback == "auto" and config.mode == "qat":
         # The search re-quantizes once per candidate layer: with qat, one fine-tuning each.
         raise RecipeError("quantize fallback: auto works with mode: ptq (it re-quantizes the "
                           "model once per candidate layer); set mode: ptq or fallback: none")
     refuse_after_quantize(state, "quantize")
     refuse_mixing_int8_and_float16(state, "quantize")
-    run = ctx.backend.quantize_qat if config.mode == "qat" else ctx.backend.quantize_ptq
-    if config.fallback == "none":
-        return run(state, config, ctx)
-    from compressor.fallback import search_float_layers
 
-    return search_float_layers(state, run(state, config, ctx), config, ctx, run)
+    def quantized(float_state: ModelState) -> ModelState:
+        return backend.quantize(float_state, config, ctx).after(config)
+
+    if config.fallback == "none":
+        return quantized(state)
+    from compressor.passes.fallback import search_float_layers
+
+    return search_float_layers(state, config, ctx, backend, quantized)

@@ -5,69 +5,12 @@ measured by running it, never taken from the framework model.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
-import numpy as np
+from compressor.runtimes.base import ArtifactInfo, Runtime, WeightTensor, format_of
 
-
-@dataclass(frozen=True)
-class WeightTensor:
-    """A constant tensor stored in the artifact."""
-
-    name: str
-    dtype: str                 # numpy dtype name as stored: "int8", "float16", "float32", "int32"
-    shape: tuple[int, ...]
-    zeros: int                 # elements equal to zero (for quantized tensors: to the zero point)
-    is_kernel: bool            # the weight input of a conv / depthwise conv / dense / matmul / gemm op
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape)) if self.shape else 1
-
-
-@dataclass(frozen=True)
-class ArtifactInfo:
-    """What `compress inspect` shows and report.json records for one artifact."""
-
-    format: str                          # "tflite" | "onnx"
-    path: Path
-    size_bytes: int
-    gzip_bytes: int
-    sha256: str
-    params: int                          # elements in all constant weight tensors
-    weight_dtypes: dict[str, float]      # dtype -> fraction of weight elements, e.g. {"int8": 0.99}
-    sparsity: float                      # zero fraction over kernel tensors
-    ops: dict[str, int]                  # op type -> count
-    inputs: list[dict]                   # [{"name", "shape", "dtype"}]
-    outputs: list[dict]
-    est_peak_memory_bytes: int           # resident weights (with runtime copies) + activations + overhead
-    weights: tuple[WeightTensor, ...] = field(default=(), repr=False)
-
-
-class Runtime(Protocol):
-    name: str      # e.g. "ai-edge-litert 2.3.0", "onnxruntime 1.32.0"
-    threads: int
-
-    def predict(self, x: np.ndarray, batch_size: int = 64) -> np.ndarray:
-        """Float outputs for float inputs; handles int8 I/O (de)quantization itself.
-
-        Multi-input models take a dict name -> array (or a list in input order); multi-output
-        models return a list of arrays. Fixed-batch models are fed padded batches.
-        """
-
-    def latency_ms(self, x_one: np.ndarray, warmup: int = 10, runs: int = 50) -> dict[str, float]:
-        """{"p50": ms, "p90": ms} over batch-1 runs after warm-up."""
-
-
-def format_of(path: Path) -> str:
-    from compressor.errors import ModelLoadError
-
-    suffix = Path(path).suffix
-    if suffix in (".tflite", ".onnx"):
-        return suffix[1:]
-    raise ModelLoadError(f"{path}: not an artifact compressor can run; expected .tflite or .onnx")
+__all__ = ["ArtifactInfo", "Runtime", "WeightTensor", "format_of", "inspect_artifact",
+           "open_runtime"]
 
 
 def open_runtime(path: Path, threads: int | None = None) -> Runtime:

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from compressor.errors import BackendUnavailableError, ModelLoadError
-from compressor.runtimes import ArtifactInfo, WeightTensor
+from compressor.kernel_ops import ONNX_KERNEL_INPUTS, ONNX_PASSTHROUGH
+from compressor.runtimes.base import ArtifactInfo, WeightTensor
 from compressor.runtimes.common import (
     RUNTIME_OVERHEAD_BYTES,
     as_input_list,
@@ -27,10 +28,6 @@ from compressor.runtimes.common import (
     weight_summary,
 )
 
-KERNEL_INPUTS = {"Conv": (1,), "ConvTranspose": (1,), "Gemm": (0, 1), "MatMul": (0, 1),
-                 "ConvInteger": (1,), "MatMulInteger": (0, 1), "QLinearConv": (3,),
-                 "QLinearMatMul": (0, 3), "MatMulNBits": (1,)}
-PASSTHROUGH = {"DequantizeLinear": 0, "Cast": 0, "Identity": 0, "Transpose": 0, "Reshape": 0}
 # (consumer op, input index) -> (input index of that weight's zero point, default axis of a per-channel zp)
 ZERO_POINT_INPUT = {("DequantizeLinear", 0): (2, 1), ("QLinearConv", 3): (5, 0),
                     ("QLinearMatMul", 0): (2, 0), ("QLinearMatMul", 3): (5, -1),
@@ -192,7 +189,7 @@ def inspect_onnx(path: Path) -> ArtifactInfo:
     constants = _constant_values(model)
     compute = [(n.op_type, [i for i in n.input if i], [o for o in n.output if o])
                for n in graph.node if n.op_type != "Constant"]
-    kernels = find_kernels(compute, constants, KERNEL_INPUTS, PASSTHROUGH)
+    kernels = find_kernels(compute, constants, ONNX_KERNEL_INPUTS, ONNX_PASSTHROUGH)
     zero_points = _zero_points(model, constants)
 
     weights = []

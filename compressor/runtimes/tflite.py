@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from compressor.errors import BackendUnavailableError, ModelLoadError
-from compressor.export.quiet import muted_native_output
-from compressor.runtimes import ArtifactInfo, WeightTensor
+from compressor.kernel_ops import TFLITE_KERNEL_INPUTS, TFLITE_PASSTHROUGH
+from compressor.quiet import muted_native_output
+from compressor.runtimes.base import ArtifactInfo, WeightTensor
 from compressor.runtimes.common import (
     RUNTIME_OVERHEAD_BYTES,
     as_input_list,
@@ -30,12 +31,6 @@ from compressor.runtimes.common import (
     weight_summary,
 )
 
-# op -> input indices that hold its weights (TRANSPOSE_CONV's inputs: output_shape, weights, input)
-KERNEL_INPUTS = {"CONV_2D": (1,), "DEPTHWISE_CONV_2D": (1,), "FULLY_CONNECTED": (1,),
-                 "TRANSPOSE_CONV": (1,), "CONV_3D": (1,), "CONV_3D_TRANSPOSE": (1,),
-                 "BATCH_MATMUL": (0, 1)}
-# ops a weight passes through on its way to the kernel op (fp16 weights: DEQUANTIZE)
-PASSTHROUGH = {"DEQUANTIZE": 0, "DENSIFY": 0, "TRANSPOSE": 0, "RESHAPE": 0}
 # ops whose constant inputs (weights, bias) LiteRT's default XNNPACK delegate repacks into its own buffers
 XNNPACK_PACKED = {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV"}
 
@@ -174,7 +169,7 @@ def inspect_tflite(path: Path) -> ArtifactInfo:
     produced = {t for _, _, outs in ops for t in outs}
     # constants: read by some op, written by none, and not fed by the caller
     constants = sorted({t for _, ins, _ in ops for t in ins} - produced - graph_inputs)
-    kernels = find_kernels(ops, constants, KERNEL_INPUTS, PASSTHROUGH)
+    kernels = find_kernels(ops, constants, TFLITE_KERNEL_INPUTS, TFLITE_PASSTHROUGH)
 
     weights, weight_bytes = [], {}
     for index in list(constants):

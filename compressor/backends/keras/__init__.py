@@ -1,0 +1,127 @@
+"""The Keras backend: tf_keras (Keras 2) models, tfmot for pruning and QAT, the TFLite
+converter and tf2onnx for export.
+
+TensorFlow is imported lazily (see env.py), so constructing a KerasBackend is free. Every
+method works on copies: the caller's model and file are never modified.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from compressor.backends.base import ModelInfo
+from compressor.errors import BackendUnavailableError, ModelLoadError
+from compressor.export import FORMATS
+
+if TYPE_CHECKING:
+    from compressor.backends.base import UserTraining
+    from compressor.context import Context, ModelState
+    from compressor.steps import (DistillConfig, PrecisionConfig, PruneConfig, QuantizeConfig,
+                                  StepConfig)
+
+FLOAT32_BYTES = 4
+
+
+class KerasBackend:
+    name = "keras"
+    image_layout = "NHWC"
+
+    def __init__(self) -> None:
+        from compressor.backends.keras.tflite import ConversionCache
+
+        # The int8 ONNX is made from the int8 TFLite, and the fallback search re-quantizes
+        # one calibrated model many times: conversions are kept per model object.
+        self.conversions = ConversionCache()
+
+    def load(self, source: Any, *, weights: str | None = None, trust_pickle: bool = False) -> Any:
+        from compressor.backends.keras.load import load_keras_model
+
+        return load_keras_model(source, weights=weights, trust_pickle=trust_pickle)
+
+    def clone(self, model: Any) -> Any:
+        from compressor.backends.keras.load import clone_keras_model
+
+        return clone_keras_model(model)
+
+    def describe(self, model: Any, example: np.ndarray | None = None) -> ModelInfo:
+        """Params and I/O of the first input / output; Keras models declare their input
+        shape, so `example` is not needed (the pipeline checks data against input_shape)."""
+        first_input, first_output = model.inputs[0], model.outputs[0]
+        params = int(model.count_params())
+        return ModelInfo(params=params,
+                         input_shape=(None, *tuple(first_input.shape)[1:]),
+                         input_dtype=first_input.dtype.name,
+                         output_shape=(None, *tuple(first_output.shape)[1:]),
+                         size_bytes=params * FLOAT32_BYTES)
+
+    def predict(self, model: Any, x: np.ndarray, batch_size: int = 256) -> np.ndarray:
+        """The first output for `x`, in inference mode (dropout off, BatchNorm frozen).
+
+        Eager calls, not model.predict: predict traces a new tf.function per model, and a
+        sweep over many models triggers TensorFlow's retracing warnings.
+        """
+        x = np.asarray(x)
+        batches = []
+        for start in range(0, len(x), batch_size):
+            outputs = model(x[start:start + batch_size], training=False)
+            batches.append(np.asarray(outputs[0] if isinstance(outputs, (list, tuple))
+                                      else outputs))
+        return np.concatenate(batches)
+
+    def prune(self, state: ModelState, config: PruneConfig, ctx: Context) -> ModelState:
+        from compressor.backends.keras.optimize import pruned_model
+
+        return state.replace(model=pruned_model(state, config, ctx))
+
+    def quantize(self, state: ModelState, config: QuantizeConfig, ctx: Context) -> ModelState:
+        """qat: a fine-tuned fake-quant model. ptq: the model stays float; export calibrates
+        it on `calibration_samples` training inputs."""
+        if config.mode == "ptq":
+            return state
+        from compressor.backends.keras.optimize import quantization_aware_model
+
+        return state.replace(model=quantization_aware_model(state, config, ctx))
+
+    def quantizable_layers(self, state: ModelState) -> list[str]:
+        """Layers int8 quantizes (conv / dense kernels): what quantize fallback may keep float."""
+        from compressor.backends.keras.mixed import kernel_layer_names
+
+        return kernel_layer_names(state.model)
+
+    def distill(self, state: ModelState, config: DistillConfig, ctx: Context) -> ModelState:
+        """Train with the KD loss; the recorded step makes later pruning / QAT keep using it."""
+        from compressor.backends.keras.distill import distilled_model
+
+        return state.replace(model=distilled_model(state, config, ctx))
+
+    def to_precision(self, state: ModelState, config: PrecisionConfig, ctx: Context) -> ModelState:
+        return state   # the exporters read the recorded step
+
+    def export(self, state: ModelState, fmt: str, path: Path, ctx: Context) -> Path:
+        if state.model is None:
+            raise ModelLoadError("there is no model to export; load one first")
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if fmt == "tflite":
+            from compressor.backends.keras.tflite import tflite_from_keras
+
+            return tflite_from_keras(state, path, ctx, self.conversions)
+        if fmt == "onnx":
+            from compressor.backends.keras.onnx import onnx_from_keras
+
+            return onnx_from_keras(state, path, ctx, self.conversions)
+        raise BackendUnavailableError(f"cannot export to {fmt!r}; the formats are "
+                                      f"{', '.join(FORMATS)}")
+
+    def start_user_training(self, state: ModelState, step: StepConfig | None, ctx: Context,
+                            steps_per_epoch: int | None = None) -> UserTraining:
+        from compressor.backends.keras.user_loop import start_user_training
+
+        return start_user_training(state, step, ctx, steps_per_epoch)
+
+    def end_user_training(self, training: UserTraining, ctx: Context) -> ModelState:
+        from compressor.backends.keras.user_loop import end_user_training
+
+        return end_user_training(training, ctx)

@@ -1,0 +1,173 @@
+"""tf_keras model -> .tflite: float32, float16 weights, or full int8 (QAT or calibrated PTQ).
+
+Full int8 means int8 weights AND int8 activations in every conv / dense op; a converter
+result that silently keeps float compute is refused (export/int8.py) rather than shipped.
+"""
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from compressor.backends.keras.env import import_tensorflow
+from compressor.backends.training_data import calibration_samples
+from compressor.errors import BackendUnavailableError, RecipeError, first_line
+from compressor.quiet import captured_native_output, log_tail
+from compressor.steps import PrecisionConfig, QuantizeConfig
+
+if TYPE_CHECKING:
+    from compressor.context import Context, ModelState
+
+ENTRIES_PER_MODEL = 4   # a fallback search converts many candidates: keep only recent ones
+
+
+class ConversionCache:
+    """Converted TFLite bytes per model object, held weakly so they go with the model.
+
+    The int8 ONNX is made from the int8 TFLite, and the quantize fallback re-quantizes one
+    calibrated model once per candidate: both reuse a conversion instead of repeating it.
+    """
+
+    def __init__(self) -> None:
+        self._by_model: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def get(self, model: Any, key: tuple, make: Callable[[], bytes]) -> bytes:
+        entries = self._by_model.setdefault(model, {})
+        if key not in entries:
+            if len(entries) >= ENTRIES_PER_MODEL:
+                entries.clear()
+            entries[key] = make()
+        return entries[key]
+
+
+def tflite_from_keras(state: ModelState, path: Path, ctx: Context, cache: ConversionCache) -> Path:
+    quantize, precision = state.last(QuantizeConfig), state.last(PrecisionConfig)
+    if quantize is not None:
+        content = int8_tflite(state, ctx, cache, io_dtype=quantize.io_dtype)
+    elif precision is not None and precision.exclude:
+        content = _float16_except(state.model, precision, ctx)
+    elif precision is not None:
+        content = _convert(state.model, ctx, "float16", _float16_settings(precision))
+    else:
+        content = _convert(state.model, ctx, "float32", lambda converter, tf: None)
+    path.write_bytes(content)
+    if quantize is not None:
+        from compressor.export.int8 import require_int8_kernels
+
+        require_int8_kernels(path, quantize.mode, len(state.float_layers))
+    return path
+
+
+def int8_tflite(state: ModelState, ctx: Context, cache: ConversionCache,
+                io_dtype: str = "float32") -> bytes:
+    """The full-int8 TFLite of a QAT or PTQ state (cached per model for the ONNX route)."""
+    quantize = state.last(QuantizeConfig)
+    key = ("int8", quantize, io_dtype, state.float_layers)
+    return cache.get(state.model, key, lambda: _int8_content(state, quantize, ctx, cache, io_dtype))
+
+
+def _int8_content(state: ModelState, quantize: QuantizeConfig, ctx: Context,
+                  cache: ConversionCache, io_dtype: str) -> bytes:
+    samples = None
+    if quantize.mode == "ptq":
+        samples = calibration_samples(ctx, quantize.calibration_samples)
+        samples = samples.astype(state.model.inputs[0].dtype.as_numpy_dtype)
+
+    def configure(converter: Any, tf: Any) -> None:
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        if io_dtype == "int8":
+            converter.inference_input_type = tf.int8
+            converter.inference_output_type = tf.int8
+        if samples is not None:   # ptq; QAT models carry their learned ranges instead
+            converter.representative_dataset = _representative_dataset(samples, ctx)
+            converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+
+    if quantize.fallback == "auto" or state.float_layers:
+        return _mixed_int8(state, quantize, ctx, cache, io_dtype, configure)
+    return _convert(state.model, ctx, f"int8 {quantize.mode}", configure)
+
+
+def _mixed_int8(state: ModelState, quantize: QuantizeConfig, ctx: Context, cache: ConversionCache,
+                io_dtype: str, configure) -> bytes:
+    """int8 with `state.float_layers` float: calibrate once, then quantize per layer set."""
+    from compressor.backends.keras.mixed import mixed_int8_tflite
+
+    if quantize.mode != "ptq":
+        raise BackendUnavailableError("int8 TFLite with float layers needs quantize mode: ptq "
+                                      "(a qat model carries its own ranges for every layer)")
+
+    def calibrate_only(converter: Any, tf: Any) -> None:
+        configure(converter, tf)
+        converter.experimental_mlir_quantizer = True
+        converter._experimental_calibrate_only = True   # QuantizationDebugger's route
+
+    calibrated = cache.get(state.model, ("calibrated", quantize.calibration_samples, ctx.seed),
+                           lambda: _convert(state.model, ctx, "int8 calibration", calibrate_only))
+    return mixed_int8_tflite(state, quantize, ctx, io_dtype, calibrated)
+
+
+def _float16_except(model: Any, precision: PrecisionConfig, ctx: Context) -> bytes:
+    """float16 weights but for the `exclude`d layers: the converter has no per-layer option,
+    so the float32 model's other conv / dense weights are stored as float16 afterwards (the
+    form the converter gives them). Biases and other constants stay float32."""
+    from compressor.backends.keras.mixed import kernel_layer_names, layer_of
+    from compressor.export.tflite import float16_weights
+
+    _float16_settings(precision)   # the same refusals as a plain float16 conversion
+    excluded = excluded_layers(kernel_layer_names(model), precision.exclude)
+    content = _convert(model, ctx, "float32", lambda converter, tf: None)
+    return float16_weights(content, lambda weight: layer_of(weight, excluded) is None)
+
+
+def excluded_layers(layers: list[str], patterns: tuple[str, ...]) -> list[str]:
+    """The layers `exclude` patterns (fnmatch, e.g. "dense*") name; a pattern naming none is
+    almost always a typo, so it is refused."""
+    import fnmatch
+
+    unmatched = [p for p in patterns if not any(fnmatch.fnmatch(name, p) for name in layers)]
+    if unmatched:
+        raise RecipeError(f"precision exclude pattern(s) {', '.join(map(repr, unmatched))} match "
+                          f"no conv / dense layer; the layers are: {', '.join(layers)}")
+    return [name for name in layers if any(fnmatch.fnmatch(name, p) for p in patterns)]
+
+
+def _float16_settings(precision: PrecisionConfig):
+    if not precision.keep_io_types:
+        raise BackendUnavailableError("TFLite float16 artifacts always keep float32 inputs and "
+                                      "outputs; set keep_io_types: true or export onnx only")
+
+    def configure(converter: Any, tf: Any) -> None:
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.target_spec.supported_types = [tf.float16]
+
+    return configure
+
+
+def _convert(model: Any, ctx: Context, kind: str, configure) -> bytes:
+    tf = import_tensorflow()
+    log = Path(ctx.workdir) / "logs" / "tflite-convert.log"
+    from tensorflow.lite.python.convert_phase import ConverterError
+
+    try:
+        with captured_native_output(log, f"TFLite {kind}"):
+            converter = tf.lite.TFLiteConverter.from_keras_model(model)
+            configure(converter, tf)
+            return converter.convert()
+    except (ConverterError, ValueError, RuntimeError, TypeError) as exc:
+        raise BackendUnavailableError(
+            f"TFLite {kind} conversion failed: {first_line(exc)}\n{log_tail(log)}\n(full log: {log}); "
+            "a layer the converter does not support is the usual cause: replace it, or export "
+            "onnx only") from None
+
+
+def _representative_dataset(samples: np.ndarray, ctx: Context):
+    def batches():
+        with ctx.progress.task("calibrating int8", len(samples)) as advance:
+            for index in range(len(samples)):
+                yield [samples[index:index + 1]]
+                advance(1)
+
+    return batches

@@ -1,0 +1,143 @@
+"""The one training loop of the Keras backend: pruning, QAT and distillation use it.
+
+`fine_tune` creates the model to train, the dataset and the optimizer in one place, so that a
+tf.distribute strategy scope can wrap all three without touching the passes.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from compressor.backends.keras.env import import_tensorflow, import_tf_keras
+from compressor.backends.training_data import steps_per_epoch, training_inputs
+from compressor.errors import RecipeError
+
+if TYPE_CHECKING:
+    from compressor.context import Context
+    from compressor.steps import DistillConfig, TrainingConfig
+
+DEFAULT_LR = 1e-3
+PROBE_SAMPLES = 64   # how many inputs decide whether a model outputs probabilities or logits
+
+
+def fine_tune(build_model: Callable[[], Any], reference: Any, config: TrainingConfig,
+              ctx: Context, description: str, callbacks: Sequence[Any] = (),
+              distill: DistillConfig | None = None) -> Any:
+    """Build the model to train and fit it for `config.epochs` on the training split.
+
+    With labels the loss is sparse categorical cross-entropy (from logits unless `reference`
+    outputs probabilities); without labels the model learns `reference`'s outputs (MSE).
+    With `distill` the loss is `distillation_loss` against `ctx.teacher`'s logits.
+    """
+    tf_keras = import_tf_keras()
+    if config.epochs == 0:
+        return build_model()
+    x, y = training_inputs(ctx, description)
+    tf_keras.utils.set_random_seed(ctx.seed)
+    targets, loss = (_distillation_targets_and_loss(reference, x, y, distill, ctx.teacher)
+                     if distill is not None else _targets_and_loss(reference, x, y, tf_keras))
+    model = build_model()
+    dataset = _shuffled_batches(x, targets, config.batch_size, ctx.seed)
+    model.compile(optimizer=tf_keras.optimizers.Adam(config.lr or DEFAULT_LR), loss=loss)
+    total = steps_per_epoch(ctx, config, description) * config.epochs
+    with ctx.progress.task(description, total) as advance:
+        model.fit(dataset, epochs=config.epochs, verbose=0,
+                  callbacks=[*callbacks, _progress_callback(tf_keras, advance)])
+    return model
+
+
+def outputs_probabilities(model: Any, x: np.ndarray) -> bool:
+    """True when the model ends in a softmax: outputs in [0, 1] whose rows sum to 1."""
+    out = model(x[:PROBE_SAMPLES], training=False)
+    out = np.asarray(out[0] if isinstance(out, (list, tuple)) else out)
+    if out.ndim < 2 or out.shape[-1] < 2:
+        return False
+    return bool(out.min() >= 0.0 and out.max() <= 1.0
+                and np.allclose(out.sum(axis=-1), 1.0, atol=1e-3))
+
+
+def _targets_and_loss(reference: Any, x: np.ndarray, y: np.ndarray | None, tf_keras: Any):
+    if y is None:
+        targets = np.concatenate([np.asarray(reference(x[i:i + 256], training=False))
+                                  for i in range(0, len(x), 256)])
+        return targets, tf_keras.losses.MeanSquaredError()
+    from_logits = not outputs_probabilities(reference, x)
+    return y, tf_keras.losses.SparseCategoricalCrossentropy(from_logits=from_logits)
+
+
+def distillation_loss(config: DistillConfig, hard_loss: Callable | None,
+                      student_probabilities: bool) -> Callable:
+    """alpha * T^2 * KL(softmax(t/T) || softmax(s/T)) + (1 - alpha) * hard_loss, per sample.
+
+    `y_true` is [label, teacher logits...] along the last axis (one tensor, so shuffling keeps
+    them aligned), or the teacher logits alone when there are no labels; then the loss is the
+    teacher term only, as MSE on logits (no labels may mean regression). `loss: mse` swaps
+    the KL for MSE on logits.
+    """
+    tf = import_tensorflow()
+    temperature, alpha = config.temperature, config.alpha
+    kind = config.loss if hard_loss is not None else "mse"
+
+    def loss(y_true: Any, y_pred: Any) -> Any:
+        teacher = y_true[..., 1:] if hard_loss is not None else y_true
+        student = tf.math.log(tf.maximum(y_pred, 1e-12)) if student_probabilities else y_pred
+        if kind == "kl":
+            soft_targets = tf.nn.log_softmax(teacher / temperature)
+            soft_student = tf.nn.log_softmax(student / temperature)
+            term = temperature ** 2 * tf.reduce_sum(
+                tf.exp(soft_targets) * (soft_targets - soft_student), axis=-1)
+        else:
+            term = tf.reduce_mean(tf.square(student - teacher), axis=-1)
+        if hard_loss is None:
+            return term
+        return alpha * term + (1.0 - alpha) * hard_loss(y_true[..., 0], y_pred)
+
+    return loss
+
+
+def teacher_logits(teacher: Any, x: np.ndarray) -> np.ndarray:
+    """The frozen teacher's logits for `x`, once, in inference mode (log of probabilities)."""
+    if teacher is None:
+        raise RecipeError("distillation needs a teacher model; pass --teacher MODEL "
+                          "(or teacher=... in Python)")
+    outputs = []
+    for start in range(0, len(x), 256):
+        out = teacher(x[start:start + 256], training=False)
+        outputs.append(np.asarray(out[0] if isinstance(out, (list, tuple)) else out))
+    logits = np.concatenate(outputs).astype(np.float32)
+    if outputs_probabilities(teacher, x):
+        return np.log(np.maximum(logits, 1e-12))
+    return logits
+
+
+def _distillation_targets_and_loss(reference: Any, x: np.ndarray, y: np.ndarray | None,
+                                   config: DistillConfig, teacher: Any):
+    tf_keras = import_tf_keras()
+    soft = teacher_logits(teacher, x)
+    student_probabilities = outputs_probabilities(reference, x)
+    if y is None:
+        return soft, distillation_loss(config, None, student_probabilities)
+
+    def hard_loss(labels: Any, y_pred: Any) -> Any:
+        return tf_keras.losses.sparse_categorical_crossentropy(
+            labels, y_pred, from_logits=not student_probabilities)
+
+    labels = np.asarray(y, dtype=np.float32)[..., None]
+    return (np.concatenate([labels, soft], axis=-1),
+            distillation_loss(config, hard_loss, student_probabilities))
+
+
+def _shuffled_batches(x: np.ndarray, targets: np.ndarray, batch_size: int, seed: int) -> Any:
+    tf = import_tensorflow()
+    dataset = tf.data.Dataset.from_tensor_slices((x, targets))
+    return dataset.shuffle(len(x), seed=seed, reshuffle_each_iteration=True).batch(batch_size)
+
+
+def _progress_callback(tf_keras: Any, advance: Callable[[int], None]) -> Any:
+    class ProgressCallback(tf_keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            advance(1)
+
+    return ProgressCallback()

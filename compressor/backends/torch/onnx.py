@@ -1,0 +1,78 @@
+"""PyTorch model state -> .onnx with torch.onnx's dynamo exporter (dynamic batch dimension).
+
+- float32: the model as it is.
+- float16: the float32 graph through the shared onnxconverter-common helper (float32 I/O).
+- int8: the PT2E graph converted with folded weights, so conv / linear weights are int8
+  initializers behind DequantizeLinear (a QDQ model onnxruntime runs with int8 kernels).
+  A PT2E-converted model exports only with dynamo=True.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from compressor.backends.torch.env import import_onnx
+from compressor.backends.torch.quant import converted
+from compressor.backends.torch.train import as_tensor, set_mode
+from compressor.errors import BackendUnavailableError, first_line
+from compressor.export.int8 import require_int8_kernels
+from compressor.export.onnx import float16_onnx, save_checked_onnx
+from compressor.quiet import captured_native_output, log_tail
+from compressor.steps import PrecisionConfig, QuantizeConfig
+
+if TYPE_CHECKING:
+    from compressor.context import Context, ModelState
+
+INPUT_NAME, OUTPUT_NAME = "input", "output"
+EXPORT_ERRORS = (RuntimeError, TypeError, ValueError, NotImplementedError, KeyError,
+                 AttributeError)
+
+
+def onnx_from_torch(state: ModelState, path: Path, ctx: Context, example: np.ndarray) -> Path:
+    import_onnx()   # a typed error naming the package when onnx / onnxscript are missing
+    log = Path(ctx.workdir) / "logs" / "onnx-export.log"
+    quantize, precision = state.last(QuantizeConfig), state.last(PrecisionConfig)
+    if quantize is not None:
+        module, kind = converted(state.model, fold_quantize=True), "int8"
+    else:
+        module, kind = state.model, "float32"
+        set_mode(module, training=False)
+    proto = _exported_proto(module, example, log, kind)
+    if quantize is not None and state.float_layers:
+        from compressor.export.onnx_mixed import keep_float_kernels
+
+        keep_float_kernels(proto, quantize.fallback_dtype)
+    if precision is not None and quantize is None:
+        # Before stripping: `exclude` patterns match the module paths in the node metadata.
+        proto = float16_onnx(proto, precision)
+    _strip_debug_metadata(proto)
+    save_checked_onnx(proto, path, log)
+    if quantize is not None:
+        require_int8_kernels(path, quantize.mode, len(state.float_layers))
+    return path
+
+
+def _exported_proto(module: torch.nn.Module, example: np.ndarray, log: Path, kind: str) -> Any:
+    try:
+        with captured_native_output(log, f"ONNX {kind}"):
+            program = torch.onnx.export(
+                module, (as_tensor(example),), dynamo=True, verbose=False,
+                input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+                dynamic_shapes=({0: torch.export.Dim.DYNAMIC},))
+    except EXPORT_ERRORS as exc:
+        raise BackendUnavailableError(
+            f"ONNX {kind} export failed: {first_line(exc)}\n{log_tail(log)}\n(full log: {log}); "
+            "an op torch.export or the ONNX exporter does not support is the usual cause: "
+            "replace it, or export tflite only") from None
+    return program.model_proto
+
+
+def _strip_debug_metadata(proto: Any) -> None:
+    """The exporter stores a stack trace and module path on every node (~40% of a small file)."""
+    for node in proto.graph.node:
+        del node.metadata_props[:]
+        node.doc_string = ""
+    proto.graph.doc_string = ""

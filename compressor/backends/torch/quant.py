@@ -1,0 +1,135 @@
+"""int8 with torchao PT2E: QAT (prepare_qat_pt2e + fine-tuning) or PTQ (prepare_pt2e + calibration).
+
+The state keeps the *prepared* graph, whose fake-quant modules / observers hold the learned
+or calibrated ranges. `converted` turns a copy of it into the int8 q/dq graph each consumer
+needs: predictions and ONNX fold the weights into int8 constants, litert-torch wants them
+unfolded. Converting is cheap and deterministic, so nothing is cached.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from compressor.backends.torch.env import import_pt2e, xnnpack_quantizer
+from compressor.backends.torch.load import clone_module
+from compressor.backends.torch.prune import apply_masks, kernel_parameters, zero_masks
+from compressor.backends.torch.train import as_tensor, fine_tune, graph_has_op, is_exported, set_mode
+from compressor.backends.training_data import calibration_samples, training_inputs
+from compressor.errors import BackendUnavailableError, first_line
+from compressor.steps import DistillConfig, PruneConfig
+
+if TYPE_CHECKING:
+    from compressor.context import Context, ModelState
+    from compressor.steps import QuantizeConfig
+
+EXAMPLE_ROWS = 2          # torch.export specializes a batch of 1; 2 keeps the batch dynamic
+CALIBRATION_BATCH = 32
+
+
+def qat_model(state: ModelState, config: QuantizeConfig, ctx: Context) -> torch.fx.GraphModule:
+    """A prepared (fake-quant) copy of the model, fine-tuned for `config.epochs` (with the
+    teacher's KD loss after a distill step); pruned zeros stay zero after a prune step."""
+    description = "int8 quantization-aware training"
+    x, _ = training_inputs(ctx, description)
+    exported = exported_for_quantization(clone_module(state.model), as_tensor(x[:EXAMPLE_ROWS]))
+    # BatchNorm is folded into its conv first, so QAT fine-tunes with frozen BN statistics (a
+    # common QAT practice). torchao's alternative, conv-BN QAT patterns, traces dozens of
+    # pattern graphs in prepare and again in every convert: ~1.5 min per convert for a tiny
+    # residual net on 2 cores, paid for the predictions and for each artifact.
+    _fuse_conv_bn_(exported)
+    quantizer = xnnpack_quantizer(is_qat=True,
+                                  conv_bn_patterns=graph_has_op(exported, "batch_norm"))
+    prepared = import_pt2e().prepare_qat_pt2e(exported, quantizer)
+    if config.epochs == 0:   # no fine-tuning: the fake-quant ranges still need to see data
+        calibrate(prepared, calibration_samples(ctx, config.calibration_samples), ctx)
+        return prepared
+    kernels = kernel_parameters(prepared)
+    # Pruned weights are exactly zero; re-zeroing them after each step keeps the sparsity,
+    # and symmetric int8 weights then store them as exact zeros too.
+    masks = zero_masks(kernels) if preserves_zeros(state, config) else {}
+    fine_tune(prepared, config, ctx, description,
+              after_step=lambda step: apply_masks(kernels, masks), distill=state.last(DistillConfig))
+    return prepared
+
+
+def preserves_zeros(state: ModelState, config: QuantizeConfig) -> bool:
+    """QAT keeps pruned weights at zero after a prune step, unless the recipe says not to."""
+    return config.preserve_sparsity and state.last(PruneConfig) is not None
+
+
+def ptq_model(state: ModelState, config: QuantizeConfig, ctx: Context) -> torch.fx.GraphModule:
+    """A prepared copy of the model whose observers saw `config.calibration_samples` inputs;
+    the modules named in `state.float_layers` are left unannotated, so they stay float."""
+    samples = calibration_samples(ctx, config.calibration_samples)
+    exported = exported_for_quantization(clone_module(state.model), as_tensor(samples[:EXAMPLE_ROWS]))
+    quantizer = xnnpack_quantizer(is_qat=False)
+    for name in state.float_layers:
+        # set_module_name(name, None) asserts in torchao 0.18, but a None entry is what the
+        # annotator honours: the module is skipped, and the global config excludes it.
+        quantizer.module_name_config[name] = None
+    prepared = import_pt2e().prepare_pt2e(exported, quantizer)
+    calibrate(prepared, samples, ctx)
+    return prepared
+
+
+def kernel_module_names(model: torch.nn.Module) -> list[str]:
+    """Names of the Conv / Linear modules (what int8 quantizes), in definition order."""
+    kinds = (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d,
+             torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d)
+    return [name for name, module in model.named_modules() if isinstance(module, kinds)]
+
+
+def converted(prepared: torch.fx.GraphModule, fold_quantize: bool = True) -> torch.fx.GraphModule:
+    """The int8 q/dq graph of a copy of `prepared` (which stays as it is)."""
+    pt2e = import_pt2e()
+    set_mode(prepared, training=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # torchao's deprecation notes, not the user's concern
+        result = pt2e.convert_pt2e(clone_module(prepared), fold_quantize=fold_quantize)
+    # Converted graphs refuse .eval(); the flags still say "training" to converters that check.
+    for module in result.modules():
+        module.training = False
+    return result
+
+
+def is_prepared(model: torch.nn.Module) -> bool:
+    """True for a PT2E graph with observers / fake-quant modules (the output of this module)."""
+    if not is_exported(model):
+        return False
+    import_pt2e()
+    from torchao.quantization.pt2e import FakeQuantizeBase, ObserverBase
+
+    return any(isinstance(m, (ObserverBase, FakeQuantizeBase)) for m in model.modules())
+
+
+def exported_for_quantization(model: torch.nn.Module, example: torch.Tensor) -> torch.fx.GraphModule:
+    """The eval-mode graph (BatchNorm with running statistics, no dropout), batch dynamic."""
+    set_mode(model, training=False)
+    try:
+        program = torch.export.export(
+            model, (example,), dynamic_shapes=({0: torch.export.Dim.DYNAMIC},))
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise BackendUnavailableError(
+            f"torch.export cannot capture {type(model).__name__} for int8 quantization "
+            f"({first_line(exc)}); make forward() traceable (no data-dependent Python control flow) "
+            "with a dynamic batch dimension, or use a float16 precision step instead") from None
+    return program.module()
+
+
+def _fuse_conv_bn_(graph: torch.fx.GraphModule) -> None:
+    """Fold each BatchNorm that follows a conv into the conv's weight and bias, in place."""
+    from torchao.quantization.pt2e.utils import _fuse_conv_bn_ as fuse   # what prepare_pt2e uses
+
+    fuse(graph)
+
+
+def calibrate(prepared: torch.fx.GraphModule, samples: np.ndarray, ctx: Context) -> None:
+    set_mode(prepared, training=False)
+    inputs = as_tensor(samples)
+    with ctx.progress.task("calibrating int8", len(inputs)) as advance, torch.no_grad():
+        for batch in inputs.split(CALIBRATION_BATCH):
+            prepared(batch)
+            advance(len(batch))

@@ -1,0 +1,133 @@
+"""PyTorch model state -> .tflite with litert-torch: float32, float16 weights, or full int8.
+
+The artifact has a batch of 1, as on device: litert-torch 0.10 cannot lower a dynamic batch
+through flatten / view. LiteRT runs larger batches row by row.
+
+int8 is the route probed in STACK.md: the PT2E graph converted with `fold_quantize=False`,
+then `litert_torch.convert(..., quant_config=QuantConfig(pt2e_quantizer=...))`. That config
+only tells the converter the graph is statically quantized (its q/dq ops carry the ranges);
+litert's own quantizer cannot prepare QAT, so the model is prepared by torchao's.
+"""
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+
+import numpy as np
+
+from compressor.backends.torch.env import import_litert_torch
+from compressor.backends.torch.quant import converted
+from compressor.backends.torch.train import as_tensor, set_mode
+from compressor.errors import BackendUnavailableError, first_line
+from compressor.export.int8 import require_int8_kernels
+from compressor.export.tflite import float16_weights
+from compressor.quiet import captured_native_output, log_tail
+from compressor.steps import PrecisionConfig, QuantizeConfig
+
+if TYPE_CHECKING:
+    from compressor.context import Context, ModelState
+
+CONVERT_ERRORS = (RuntimeError, TypeError, ValueError, NotImplementedError, KeyError,
+                  AttributeError, IndexError)
+
+
+def tflite_from_torch(state: ModelState, path: Path, ctx: Context, example: np.ndarray) -> Path:
+    import_litert_torch()
+    sample = (as_tensor(example[:1]),)
+    log = Path(ctx.workdir) / "logs" / "tflite-convert.log"
+    quantize, precision = state.last(QuantizeConfig), state.last(PrecisionConfig)
+    if quantize is not None:
+        float_io = quantize.io_dtype == "float32"
+        module, kind = converted(state.model, fold_quantize=False), "int8"
+        content = _convert(module, sample, _static_int8_config(), log, kind, float_io)
+        if float_io:
+            _require_float_io(content)
+        if state.float_layers and quantize.fallback_dtype == "float16":
+            # In an int8 model every float32 kernel weight is one of the fallback's layers.
+            content = float16_weights(content, lambda weight: True)
+    else:
+        set_mode(state.model, training=False)
+        config, kind = (_float16_config(precision), "float16") if precision else (None, "float32")
+        content = _convert(state.model, sample, config, log, kind)
+    path.write_bytes(content)
+    if quantize is not None:
+        require_int8_kernels(path, quantize.mode, len(state.float_layers))
+    return path
+
+
+def _convert(module: Any, sample: tuple, quant_config: Any, log: Path, kind: str,
+             keep_boundary_qdq: bool = False) -> bytes:
+    import litert_torch
+
+    try:
+        with captured_native_output(log, f"TFLite {kind}"), \
+                (_boundary_qdq_kept() if keep_boundary_qdq else contextlib.nullcontext()):
+            return litert_torch.convert(module, sample, quant_config=quant_config).model_content()
+    except CONVERT_ERRORS as exc:
+        raise BackendUnavailableError(
+            f"TFLite {kind} conversion failed: {first_line(exc)}\n{log_tail(log)}\n(full log: {log}); "
+            "an op litert-torch does not support is the usual cause: replace it, or export "
+            "onnx only") from None
+
+
+def _static_int8_config() -> Any:
+    from litert_torch.quantize import pt2e_quantizer
+    from litert_torch.quantize.quant_config import QuantConfig
+
+    flag = pt2e_quantizer.PT2EQuantizer().set_global(
+        pt2e_quantizer.get_symmetric_quantization_config(is_per_channel=True))
+    return QuantConfig(pt2e_quantizer=flag)
+
+
+def _float16_config(precision: Any) -> Any:
+    if precision.exclude:
+        raise BackendUnavailableError("the TFLite float16 conversion cannot keep chosen layers in "
+                                      "float32; remove `exclude` or export onnx only")
+    if not precision.keep_io_types:
+        raise BackendUnavailableError("TFLite float16 artifacts always keep float32 inputs and "
+                                      "outputs; set keep_io_types: true or export onnx only")
+    # Weight-only float16 (a DEQUANTIZE per weight), applied by ai-edge-quantizer after
+    # conversion; the recipe's "generative" name is historical, it works on any model.
+    from litert_torch.generative.quantize import quant_recipes
+
+    return quant_recipes.full_fp16_recipe()
+
+
+@contextlib.contextmanager
+def _boundary_qdq_kept() -> Iterator[None]:
+    """Keep the graph's first QUANTIZE and last DEQUANTIZE ops: float32 inputs and outputs.
+
+    litert-torch 0.10's converter folds them into int8 I/O and offers no option against it;
+    its V2 converter (which needs a newer TensorFlow) sets strict_qdq_mode, which keeps them.
+    The same flag is set here on the V1 config for the duration of one conversion, and the
+    result is checked (`_require_float_io`), so a converter that ignores it fails loudly.
+    """
+    from litert_torch._convert import litert_converter
+
+    api = litert_converter.converter_api_ext
+    original = api.ConvertToTFLConfig
+
+    def strict_config() -> Any:
+        config = original()
+        config.strict_qdq_mode = True
+        return config
+
+    api.ConvertToTFLConfig = strict_config
+    try:
+        yield
+    finally:
+        api.ConvertToTFLConfig = original
+
+
+def _require_float_io(content: bytes) -> None:
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=content)
+    details = interpreter.get_input_details() + interpreter.get_output_details()
+    not_float = [d["name"] for d in details if d["dtype"] != np.float32]
+    if not_float:
+        raise BackendUnavailableError(
+            f"the int8 TFLite has non-float32 inputs/outputs ({', '.join(not_float)}) although "
+            "float32 I/O was asked for; set the quantize step's io_dtype: int8, or export onnx only")

@@ -1,0 +1,209 @@
+"""The one training loop of the PyTorch backend: pruning, QAT and distillation use it.
+
+`fine_tune` gets the model, the data loader and the optimizer from `training_setup`, the one
+place where a DDP process group (or another wrapper) can wrap all three later. Runs are
+deterministic under `ctx.seed`: torch's global seed and a seeded generator for shuffling.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from compressor.backends.torch.env import configure_environment
+from compressor.backends.training_data import training_inputs
+from compressor.errors import DataError, RecipeError
+
+if TYPE_CHECKING:
+    from compressor.context import Context
+    from compressor.steps import DistillConfig, TrainingConfig
+
+configure_environment()
+
+DEFAULT_LR = 1e-3
+PROBE_SAMPLES = 64   # how many inputs decide whether a model outputs probabilities or logits
+
+
+@dataclass
+class TrainingSetup:
+    model: torch.nn.Module
+    loader: torch.utils.data.DataLoader
+    optimizer: torch.optim.Optimizer
+    loss: Callable[..., torch.Tensor]   # loss(outputs, *targets), targets as the loader yields them
+
+
+def as_tensor(x: np.ndarray) -> torch.Tensor:
+    """Float inputs as float32, integer inputs (token ids) as int64, as torch models expect."""
+    x = np.asarray(x)
+    dtype = np.float32 if np.issubdtype(x.dtype, np.floating) else np.int64
+    return torch.from_numpy(np.ascontiguousarray(x, dtype=dtype))
+
+
+def first_output(outputs: Any) -> torch.Tensor:
+    """Models may return a tuple / list / dict; the first entry is the prediction."""
+    if isinstance(outputs, dict):
+        return next(iter(outputs.values()))
+    if isinstance(outputs, (tuple, list)):
+        return outputs[0]
+    return outputs
+
+
+def is_exported(model: torch.nn.Module) -> bool:
+    """A GraphModule from torch.export (a .pt2 model or a PT2E-quantized one)."""
+    return isinstance(model, torch.fx.GraphModule) and any(
+        "val" in node.meta for node in model.graph.nodes)
+
+
+def graph_has_op(model: torch.fx.GraphModule, *fragments: str) -> bool:
+    """Whether any op of the graph has one of `fragments` in its name (e.g. "batch_norm")."""
+    return any(node.op == "call_function" and any(f in str(node.target) for f in fragments)
+               for node in model.graph.nodes)
+
+
+def set_mode(model: torch.nn.Module, training: bool) -> None:
+    """model.train() / .eval(); exported graphs refuse those and swap dropout / BN ops instead."""
+    if not is_exported(model):
+        model.train(training)
+        return
+    if not graph_has_op(model, "dropout", "batch_norm"):
+        return   # nothing to swap; torchao would spend seconds matching patterns to learn that
+    from compressor.backends.torch.env import import_pt2e
+
+    import_pt2e()
+    from torchao.quantization.pt2e import move_exported_model_to_eval, move_exported_model_to_train
+
+    (move_exported_model_to_train if training else move_exported_model_to_eval)(model)
+
+
+def fine_tune(model: torch.nn.Module, config: TrainingConfig, ctx: Context, description: str,
+              after_step: Callable[[int], None] | None = None,
+              distill: DistillConfig | None = None) -> torch.nn.Module:
+    """Train `model` in place for `config.epochs`; `after_step(step)` runs after each update.
+
+    With labels the loss is cross-entropy (on log-probabilities when the model ends in a
+    softmax); without labels the model learns its own starting outputs (MSE), which keeps
+    it close to the original while masks or fake-quant change it. With `distill` the loss
+    is `distillation_loss` against `ctx.teacher`'s logits.
+    """
+    x, y = training_inputs(ctx, description)
+    torch.manual_seed(ctx.seed)
+    setup = training_setup(model, x, y, config, ctx, distill)
+    total = len(setup.loader) * config.epochs
+    step = 0
+    set_mode(setup.model, training=True)
+    with ctx.progress.task(description, total) as advance:
+        for _ in range(config.epochs):
+            for inputs, *targets in setup.loader:
+                setup.optimizer.zero_grad(set_to_none=True)
+                loss = setup.loss(first_output(setup.model(inputs)), *targets)
+                loss.backward()
+                setup.optimizer.step()
+                step += 1
+                if after_step is not None:
+                    after_step(step)
+                advance(1)
+    set_mode(setup.model, training=False)
+    return model
+
+
+def training_setup(model: torch.nn.Module, x: np.ndarray, y: np.ndarray | None,
+                   config: TrainingConfig, ctx: Context,
+                   distill: DistillConfig | None = None) -> TrainingSetup:
+    """Model, loader, optimizer and loss, created together (the place for DDP wrappers)."""
+    inputs = as_tensor(x)
+    targets, loss = (_distillation_targets_and_loss(model, inputs, y, distill, ctx.teacher)
+                     if distill is not None else _targets_and_loss(model, inputs, y))
+    generator = torch.Generator().manual_seed(ctx.seed)
+    # One dataset of (inputs, *targets): shuffling keeps labels and teacher logits aligned.
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(inputs, *targets),
+                                         batch_size=config.batch_size, shuffle=True,
+                                         generator=generator)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    if not trainable:
+        raise DataError("the model has no trainable parameters (requires_grad is False "
+                        "everywhere); unfreeze them, or set epochs: 0")
+    optimizer = torch.optim.Adam(trainable, lr=config.lr or DEFAULT_LR)
+    return TrainingSetup(model=model, loader=loader, optimizer=optimizer, loss=loss)
+
+
+def _targets_and_loss(model: torch.nn.Module, inputs: torch.Tensor, y: np.ndarray | None):
+    set_mode(model, training=False)
+    if y is None:
+        with torch.no_grad():
+            reference = torch.cat([first_output(model(batch)).detach()
+                                   for batch in inputs.split(256)])
+        return (reference,), torch.nn.functional.mse_loss
+    labels = torch.from_numpy(np.asarray(y, dtype=np.int64))
+    if _outputs_probabilities(model, inputs):
+        return (labels,), lambda probs, target: torch.nn.functional.nll_loss(
+            torch.log(probs.clamp_min(1e-12)), target)
+    return (labels,), torch.nn.functional.cross_entropy
+
+
+def distillation_loss(config: DistillConfig, hard_loss: Callable | None,
+                      student_probabilities: bool) -> Callable[..., torch.Tensor]:
+    """alpha * T^2 * KL(softmax(t/T) || softmax(s/T)) + (1 - alpha) * hard_loss.
+
+    Called as loss(outputs, labels, teacher_logits), or loss(outputs, teacher_logits) when
+    there are no labels; then the loss is the teacher term only, as MSE on logits (no labels
+    may mean regression). `loss: mse` swaps the KL for MSE on logits. Classes are dim 1,
+    as in cross_entropy.
+    """
+    functional = torch.nn.functional
+    temperature, alpha = config.temperature, config.alpha
+    kind = config.loss if hard_loss is not None else "mse"
+
+    def loss(outputs: torch.Tensor, *targets: torch.Tensor) -> torch.Tensor:
+        teacher = targets[-1]
+        student = torch.log(outputs.clamp_min(1e-12)) if student_probabilities else outputs
+        if kind == "kl":
+            soft_targets = functional.log_softmax(teacher / temperature, dim=1)
+            soft_student = functional.log_softmax(student / temperature, dim=1)
+            term = temperature ** 2 * (soft_targets.exp() * (soft_targets - soft_student)
+                                       ).sum(dim=1).mean()
+        else:
+            term = functional.mse_loss(student, teacher)
+        if hard_loss is None:
+            return term
+        return alpha * term + (1.0 - alpha) * hard_loss(outputs, targets[0])
+
+    return loss
+
+
+def teacher_logits(teacher: torch.nn.Module, inputs: torch.Tensor) -> torch.Tensor:
+    """The frozen teacher's logits for `inputs`, once, in inference mode (log of probabilities)."""
+    if teacher is None:
+        raise RecipeError("distillation needs a teacher model; pass --teacher MODEL "
+                          "(or teacher=... in Python)")
+    set_mode(teacher, training=False)
+    with torch.no_grad():
+        logits = torch.cat([first_output(teacher(batch)).detach().float()
+                            for batch in inputs.split(256)])
+    if _outputs_probabilities(teacher, inputs):
+        return torch.log(logits.clamp_min(1e-12))
+    return logits
+
+
+def _distillation_targets_and_loss(model: torch.nn.Module, inputs: torch.Tensor,
+                                   y: np.ndarray | None, config: DistillConfig,
+                                   teacher: torch.nn.Module):
+    soft = teacher_logits(teacher, inputs)
+    set_mode(model, training=False)
+    student_probabilities = _outputs_probabilities(model, inputs)
+    if y is None:
+        return (soft,), distillation_loss(config, None, student_probabilities)
+    (labels,), hard_loss = _targets_and_loss(model, inputs, y)
+    return (labels, soft), distillation_loss(config, hard_loss, student_probabilities)
+
+
+def _outputs_probabilities(model: torch.nn.Module, inputs: torch.Tensor) -> bool:
+    """True when the model ends in a softmax: outputs in [0, 1] whose rows sum to 1."""
+    with torch.no_grad():
+        out = first_output(model(inputs[:PROBE_SAMPLES]))
+    if out.ndim < 2 or out.shape[1] < 2:
+        return False
+    return bool(out.min() >= 0 and out.max() <= 1
+                and torch.allclose(out.sum(dim=1), torch.ones(()), atol=1e-3))

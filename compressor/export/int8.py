@@ -1,0 +1,36 @@
+"""The read-back check behind every "int8" artifact, for both formats and both backends.
+
+An artifact is int8 when every conv / dense / matmul op computes in int8: its weights are
+stored as int8 (ONNX: initializers behind DequantizeLinear) and, in TFLite, its activations
+are int8 too. A converter that silently keeps float compute must not ship as "int8".
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from compressor.errors import BackendUnavailableError
+
+
+def require_int8_kernels(path: Path, mode: str, allowed_float: int = 0) -> None:
+    """Refuse (and delete) `path` when more than `allowed_float` kernel ops are float; the
+    quantize fallback keeps that many layers float on purpose."""
+    floats = float_kernels(path)
+    if len(floats) <= allowed_float:
+        return
+    path.unlink()
+    remedy = ("try quantize mode: ptq, or a float16 precision step" if mode == "qat"
+              else "use a float16 precision step for this model instead")
+    raise BackendUnavailableError(
+        f"the int8 {path.suffix[1:]} artifact kept {len(floats)} conv/dense op(s) in float: "
+        f"{', '.join(floats[:5])}; these layers could not be quantized: {remedy}")
+
+
+def float_kernels(path: Path) -> list[str]:
+    if path.suffix == ".tflite":
+        from compressor.export.tflite import float_kernel_ops
+
+        return float_kernel_ops(path.read_bytes())
+    from compressor.runtimes import inspect_artifact
+
+    return [w.name for w in inspect_artifact(path).weights
+            if w.is_kernel and w.dtype.startswith("float")]

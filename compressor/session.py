@@ -1,0 +1,145 @@
+"""A run's inputs, resolved and checked before any work: `open_session`.
+
+The pipeline (compress), the training-loop API (prepare / finalize) and sweeps all start
+here, so bad input fails the same way, fast, whichever way in.
+"""
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from compressor import validate
+from compressor.backends import Backend, ModelInfo, backend_for, framework_of
+from compressor.context import Context, Data
+from compressor.data import check_matches_model, load_data
+from compressor.errors import DataError, ModelLoadError, RecipeError
+from compressor.export import FORMATS
+from compressor.progress import Progress
+from compressor.recipe import Recipe, load_recipe
+
+
+@dataclass
+class Session:
+    """Every input resolved and checked; `model` is the loaded original, kept untouched as the
+    reference. What passes also see (data, formats, reference outputs, baseline) is in `ctx`."""
+
+    recipe: Recipe
+    backend: Backend
+    model: Any
+    model_ref: str
+    info: ModelInfo
+    ctx: Context
+    out_dir: Path
+    force: bool
+    target: str | None
+    measure_latency: bool = True
+    threads: int | None = None
+    teacher_entry: dict[str, Any] | None = None   # report.json `teacher`, for distill recipes
+    user_loop: dict[str, Any] | None = None       # report.json `user_loop`, for cz.prepare runs
+    sweep_key: dict[str, str] | None = None       # report.json `sweep`: what a sweep resumes by
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def metric_name(self) -> str:
+        metric = self.ctx.metric or self.recipe.validation.metric
+        return metric if isinstance(metric, str) else getattr(metric, "__name__", "custom")
+
+
+def open_session(model: Any, recipe: str | Path | Recipe, data: Any = "digits", *,
+                 teacher: Any = None, out_dir: str | Path = "dist", target: str | None = None,
+                 formats: tuple[str, ...] | None = None, seed: int = 0, weights: str | None = None,
+                 teacher_weights: str | None = None, trust_pickle: bool = False,
+                 force: bool = False, quiet: bool = False, latency: bool = True,
+                 threads: int | None = None, metric: Any = None) -> Session:
+    started = time.perf_counter()
+    recipe = load_recipe(recipe)
+    out = Path(out_dir)
+    check_output_folder(out, force)
+    formats = tuple(formats or recipe.export)
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        raise RecipeError(f"unknown export format {', '.join(unknown)}; use tflite and/or onnx")
+    if recipe.needs_teacher and teacher is None:
+        raise RecipeError(f"recipe {recipe.name!r} has a distill step and needs a teacher model; "
+                          "pass --teacher MODEL (or teacher=... in Python)")
+    target = target or recipe.target
+    if target:
+        from compressor.devices import get_profile
+
+        get_profile(target)  # an unknown device is a bad argument: fail before any work
+
+    backend = backend_for(model)
+    loaded = backend.load(model, weights=weights, trust_pickle=trust_pickle)
+    teacher_model = None
+    if teacher is not None and recipe.needs_teacher:   # recipes without distill ignore it
+        if framework_of(teacher) != backend.name:
+            raise ModelLoadError(f"the teacher is a {framework_of(teacher)} model and the student "
+                                 f"a {backend.name} one; distil between models of one framework")
+        teacher_model = backend.load(teacher, weights=teacher_weights, trust_pickle=trust_pickle)
+    data = load_data(data, backend.image_layout, backend.name)
+    if data.val is None:
+        raise DataError("validation needs a val split (x_val, y_val); the artifacts are checked on it")
+    if recipe.needs_train_data and data.train is None:
+        raise DataError(f"recipe {recipe.name!r} fine-tunes or calibrates and needs a train split "
+                        "(x_train, y_train)")
+    info = backend.describe(loaded, example=np.asarray(data.val[0][:2]))
+    check_matches_model(data, info.input_shape, info.input_dtype)
+    if teacher_model is not None:
+        teacher_info = _check_teacher_shapes(backend, loaded, info, teacher_model, data)
+
+    workdir = Path(tempfile.mkdtemp(prefix="compressor-work-"))
+    x_val, y_val = np.asarray(data.val[0]), data.val[1]
+    reference = backend.predict(loaded, x_val)
+    metric_used = metric or recipe.validation.metric
+    baseline = validate.metric_value(metric_used, reference, y_val, reference)
+    teacher_entry = None
+    if teacher_model is not None:
+        teacher_outputs = backend.predict(teacher_model, x_val)
+        teacher_entry = {"model": describe_ref(teacher), "params": teacher_info.params,
+                         "metric_value": validate.metric_value(metric_used, teacher_outputs, y_val,
+                                                               reference)}
+    ctx = Context(data=data, progress=Progress(quiet=quiet), workdir=workdir, seed=seed,
+                  teacher=teacher_model, formats=formats, validation=recipe.validation,
+                  metric=metric, reference_outputs=reference, baseline_value=baseline)
+    session = Session(recipe=recipe, backend=backend, model=loaded, model_ref=describe_ref(model),
+                      info=info, ctx=ctx, out_dir=out, force=force, target=target,
+                      measure_latency=latency, threads=threads, teacher_entry=teacher_entry)
+    session.timings["load"] = time.perf_counter() - started
+    return session
+
+
+def check_output_folder(out: Path, force: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise RecipeError(f"--out {out} is a file; give a folder")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise RecipeError(f"--out {out} exists and is not empty; pass --force to overwrite its "
+                          "artifacts and report, or choose another folder")
+
+
+def describe_ref(model: Any) -> str:
+    return str(model) if isinstance(model, (str, Path)) else type(model).__qualname__
+
+
+def _check_teacher_shapes(backend: Backend, student: Any, info: ModelInfo, teacher: Any,
+                          data: Data) -> ModelInfo:
+    """Teacher and student must read the same inputs and give the same outputs (2 val rows)."""
+    rows = np.asarray(data.val[0][:2])
+    student_out = (None, *backend.predict(student, rows).shape[1:])
+    try:
+        teacher_info = backend.describe(teacher, example=rows)
+    except DataError as exc:
+        raise ModelLoadError(f"the teacher cannot run the student's inputs (student "
+                             f"{info.input_shape} -> {student_out}): {exc}") from None
+    teacher_out = (teacher_info.output_shape if teacher_info.input_shape != info.input_shape
+                   else (None, *backend.predict(teacher, rows).shape[1:]))
+    if teacher_info.input_shape != info.input_shape or teacher_out != student_out:
+        raise ModelLoadError(
+            "the teacher and the student must agree on input and output shapes: student "
+            f"{info.input_shape} -> {student_out}, teacher {teacher_info.input_shape} -> "
+            f"{teacher_out}; distil from a teacher trained on the same inputs and outputs")
+    return teacher_info

@@ -1,0 +1,100 @@
+"""Every recipe step's typed config, and the `validate` section's.
+
+The bottom of the package: it imports only pydantic and `errors`, so passes, backends,
+recipes and reports can all name these types without import cycles. A config is immutable
+and rejects unknown keys; run state (masks, wrapped models) lives in `context.ModelState`.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class StepConfig(BaseModel):
+    """Base of every step config: immutable, and unknown keys are errors."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    @property
+    def trains(self) -> bool:
+        """Whether this step fine-tunes the model (and so could run in a user's loop)."""
+        return False
+
+
+class TrainingConfig(StepConfig):
+    """Keys shared by every step that fine-tunes the model."""
+
+    epochs: int = Field(2, ge=0, description="fine-tuning epochs over the training split")
+    lr: float | None = Field(None, gt=0, description="learning rate; the backend default if unset")
+    batch_size: int = Field(32, ge=1, description="fine-tuning batch size, e.g. 32")
+
+    @property
+    def trains(self) -> bool:
+        return True
+
+
+class PruneConfig(TrainingConfig):
+    kind: Literal["prune"] = Field("prune", alias="pass")
+    sparsity: float = Field(gt=0.0, lt=1.0,
+                            description="the fraction of weights to set to zero, e.g. 0.3")
+    schedule: Literal["constant", "polynomial"] = Field(
+        "polynomial", description="constant: full sparsity from the start; polynomial: ramp up")
+
+
+# Kept as an open list: transformer-friendly modes (dynamic, weight_only) slot in here.
+QuantizeMode = Literal["qat", "ptq"]
+
+
+class QuantizeConfig(TrainingConfig):
+    kind: Literal["quantize"] = Field("quantize", alias="pass")
+    mode: QuantizeMode = Field("qat", description="qat (fine-tune with fake-quant) or ptq (calibrate)")
+    dtype: Literal["int8"] = "int8"
+    preserve_sparsity: bool = Field(True, description="keep pruned weights at zero during QAT")
+    calibration_samples: int = Field(256, ge=1, description="training samples used to calibrate ptq")
+    io_dtype: Literal["float32", "int8"] = Field(
+        "float32", description="artifact input/output type; float32 is what most apps feed")
+    fallback: Literal["none", "auto"] = Field(
+        "none", description="auto: keep the most sensitive layers float until the gate passes")
+    fallback_dtype: Literal["float16", "float32"] = "float16"
+    max_float_layers: int = Field(3, ge=1, description="most layers the fallback may keep float")
+
+    @property
+    def trains(self) -> bool:
+        return self.mode == "qat"   # ptq only calibrates
+
+
+class DistillConfig(TrainingConfig):
+    kind: Literal["distill"] = Field("distill", alias="pass")
+    temperature: float = Field(4.0, gt=0, description="softens both models' logits, e.g. 4.0")
+    alpha: float = Field(0.7, ge=0.0, le=1.0,
+                         description="weight of the teacher term vs the hard-label loss, e.g. 0.7")
+    loss: Literal["kl", "mse"] = Field("kl", description="kl on soft targets, or mse on logits")
+
+
+class PrecisionConfig(StepConfig):
+    kind: Literal["precision"] = Field("precision", alias="pass")
+    dtype: Literal["float16", "bfloat16"] = "float16"
+    keep_io_types: bool = Field(True, description="keep model inputs/outputs float32")
+    exclude: tuple[str, ...] = Field((), description="layer-name patterns kept in float32")
+
+
+class ValidateConfig(BaseModel):
+    """The accuracy gate: how the artifacts are compared with the original model."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    metric: Literal["accuracy", "fidelity", "mse"] = Field(
+        "accuracy", description="accuracy (labels), fidelity (cosine vs the original's outputs) or mse")
+    max_drop: float = Field(0.01, ge=0.0, description="absolute metric drop allowed, e.g. 0.01")
+    min_fidelity: float | None = Field(None, gt=0.0, le=1.0,
+                                       description="for metric fidelity: lowest allowed, e.g. 0.99")
+
+
+STEP_CONFIGS: tuple[type[StepConfig], ...] = (PruneConfig, QuantizeConfig, DistillConfig,
+                                              PrecisionConfig)
+
+
+def step_kind(config_cls: type[StepConfig]) -> str:
+    """The `pass:` name of a step config class, e.g. "prune"."""
+    return config_cls.model_fields["kind"].default

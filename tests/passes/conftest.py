@@ -1,0 +1,13 @@
+"""The kit (tests/backend_kits.py) of each framework, for the pass suites that run per backend."""
+from __future__ import annotations
+
+import pytest
+from backend_kits import KITS
+
+
+@pytest.fixture(scope="module", params=sorted(KITS))
+def kit(request):
+    kit = KITS[request.param]()
+    kit.setup()
+    yield kit
+    kit.teardown()
