@@ -1,0 +1,162 @@
+"""The package's shape, read from its source: import directions without cycles, a small
+Backend protocol, small modules, and framework imports only where they belong (DESIGN.md)."""
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "compressor"
+FRAMEWORKS = {"tensorflow", "tf_keras", "tensorflow_model_optimization", "torch", "torchao",
+              "onnx", "onnxruntime", "ai_edge_litert", "tf2onnx", "keras", "litert_torch",
+              "onnxconverter_common", "onnxscript", "tflite_runtime"}
+MAX_LINES = 300
+MAX_BACKEND_METHODS = 10
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _imports(path: Path, name: str) -> list[tuple[str, bool]]:
+    """(imported module, at module level) for every import in the file, TYPE_CHECKING blocks
+    and function bodies included; relative imports resolved against `name`."""
+    tree = ast.parse(path.read_text())
+    found = []
+    top_level = {id(node) for node in tree.body}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, id(node) in top_level) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+            base = node.module or ""
+            if node.level:
+                anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{anchor}.{base}" if base else anchor
+            found.append((base, id(node) in top_level))
+            # `from compressor.x import y` may import the submodule compressor.x.y
+            found += [(f"{base}.{alias.name}", id(node) in top_level) for alias in node.names]
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """compressor module -> the compressor modules it imports (any place in the file)."""
+    modules = _modules()
+    graph = {}
+    for name, path in modules.items():
+        edges = {target for target, _ in _imports(path, name) if target in modules}
+        graph[name] = edges - {name}
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == 1:
+                return stack[stack.index(target):] + [target]
+            if target not in state and (found := visit(target)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def _package_of(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 else module
+
+
+def test_the_import_graph_has_no_cycle():
+    graph = import_graph()
+    # A package's __init__ importing its own submodules is not a cycle of concern, but every
+    # other edge counts, TYPE_CHECKING imports included.
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph))
+
+
+@pytest.mark.parametrize("source, forbidden", [
+    ("compressor.export", "compressor.backends"),
+    ("compressor.runtimes", "compressor.backends"),
+    ("compressor.runtimes", "compressor.export"),
+    ("compressor.backends", "compressor.pipeline"),
+    ("compressor.backends", "compressor.passes"),
+    ("compressor.steps", "compressor."),
+])
+def test_import_directions(source, forbidden):
+    """runtimes and export never reach into backends; runtimes never into export; backends
+    never up into the pipeline or passes; step configs import nothing of ours but errors."""
+    bad = [f"{module} -> {target}" for module, targets in import_graph().items()
+           if _package_of(module) == source or module == source
+           for target in targets
+           if target.startswith(forbidden) and target != "compressor.errors"
+           and not target.startswith(source)]
+    assert bad == []
+
+
+def test_framework_imports_stay_in_backends_export_and_runtimes():
+    """Elsewhere a framework would load with `import compressor` (lean-import tests run it)."""
+    allowed = ("compressor.backends", "compressor.export", "compressor.runtimes")
+    bad = [f"{name}: {target}" for name, path in _modules().items()
+           if not name.startswith(allowed)
+           for target, _ in _imports(path, name) if target.split(".")[0] in FRAMEWORKS]
+    assert bad == []
+
+
+def test_no_module_is_over_300_lines():
+    long = {name: n for name, path in _modules().items()
+            if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
+
+
+def test_the_backend_protocol_is_small_and_documented():
+    from compressor.backends.base import Backend, UserLoopBackend
+
+    for protocol, limit in ((Backend, MAX_BACKEND_METHODS), (UserLoopBackend, 2)):
+        methods = {name: member for name, member in vars(protocol).items()
+                   if inspect.isfunction(member) and not name.startswith("_")}
+        assert 0 < len(methods) <= limit, sorted(methods)
+        undocumented = [name for name, member in methods.items() if not inspect.getdoc(member)]
+        assert undocumented == [], f"{protocol.__name__} methods without a docstring"
+
+
+def test_each_backend_implements_the_protocols():
+    from compressor.backends.base import Backend, UserLoopBackend
+    from compressor.backends.keras import KerasBackend
+    from compressor.backends.torch import TorchBackend
+
+    for protocol in (Backend, UserLoopBackend):
+        methods = [name for name, member in vars(protocol).items()
+                   if inspect.isfunction(member) and not name.startswith("_")]
+        for backend in (KerasBackend, TorchBackend):
+            missing = [name for name in methods if not callable(getattr(backend, name, None))]
+            assert missing == [], f"{backend.__name__} lacks {missing}"
+
+
+def test_every_step_config_has_a_registered_pass():
+    import compressor.passes  # noqa: F401
+    from compressor.registry import pass_names
+    from compressor.steps import STEP_CONFIGS, step_kind
+
+    assert sorted(step_kind(cls) for cls in STEP_CONFIGS) == pass_names()
+
+
+def test_the_cycle_check_finds_a_cycle():
+    """The check above must be able to fail."""
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
