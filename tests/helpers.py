@@ -22,3 +22,20 @@ def apply(backend: Any, state: ModelState, config: StepConfig, ctx: Context) -> 
     import compressor.passes  # noqa: F401  (fills the registry)
 
     return get_pass(config.kind)(state, config, ctx, backend)
+
+
+def run_keras_script(script: str, folder: Path, timeout: int) -> None:
+    """Run a tf_keras script in a fresh process inside `folder` (its files land there)."""
+    import os
+    import subprocess
+    import sys
+
+    import pytest
+
+    pytest.importorskip("tensorflow")
+    pytest.importorskip("tf_keras")
+    env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
+           "TMPDIR": str(folder), "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run([sys.executable, "-c", script], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]

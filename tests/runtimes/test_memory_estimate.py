@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 
+import helpers
 import numpy as np
 import pytest
 
@@ -82,14 +83,8 @@ def mlp_onnx(weights: dict, path) -> None:
 
 @pytest.fixture(scope="module")
 def mlp_dir(tmp_path_factory):
-    pytest.importorskip("tensorflow")
-    pytest.importorskip("tf_keras")
     folder = tmp_path_factory.mktemp("mlp")
-    env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "TMPDIR": str(folder),
-           "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run([sys.executable, "-c", BUILD_TFLITE], cwd=folder, env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
+    helpers.run_keras_script(BUILD_TFLITE, folder, timeout=300)
     mlp_onnx(dict(np.load(folder / "mlp.npz")), folder / "mlp.onnx")
     return folder
 

@@ -5,11 +5,11 @@ converted in a subprocess (slow: TensorFlow import + three conversions).
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
 
+import helpers
 import numpy as np
 import pytest
 
@@ -194,14 +194,8 @@ KERNEL_ELEMS = 36 + 144 * 10
 
 @pytest.fixture(scope="module")
 def tflite_dir(tmp_path_factory):
-    pytest.importorskip("tensorflow")
-    pytest.importorskip("tf_keras")
     folder = tmp_path_factory.mktemp("tflite")
-    env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "TMPDIR": str(folder),
-           "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run([sys.executable, "-c", KERAS_SCRIPT], cwd=folder, env=env,
-                          capture_output=True, text=True, timeout=600, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
+    helpers.run_keras_script(KERAS_SCRIPT, folder, timeout=600)
     return folder
 
 
