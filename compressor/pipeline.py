@@ -19,6 +19,7 @@ import compressor.passes  # noqa: F401  (fills the pass registry)
 from compressor import validate
 from compressor.context import ModelState
 from compressor.errors import AccuracyGateError, DeviceBudgetError
+from compressor.export.int8 import export_checked
 from compressor.recipe import Recipe
 from compressor.registry import get_pass
 from compressor.report import build_report, write_report
@@ -106,7 +107,8 @@ def _export_all(session: Session, state: ModelState, staging: Path) -> dict[str,
     for fmt in session.ctx.formats:
         started = time.perf_counter()
         session.ctx.progress.info(f"export {fmt}")
-        artifacts[fmt] = session.backend.export(state, fmt, staging / f"model.{fmt}", session.ctx)
+        artifacts[fmt] = export_checked(session.backend, state, fmt, staging / f"model.{fmt}",
+                                        session.ctx)
         session.timings[f"export_{fmt}"] = time.perf_counter() - started
     return artifacts
 

@@ -7,8 +7,24 @@ are int8 too. A converter that silently keeps float compute must not ship as "in
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from compressor.errors import BackendUnavailableError
+from compressor.steps import QuantizeConfig
+
+if TYPE_CHECKING:
+    from compressor.context import Context, ModelState
+
+
+def export_checked(backend: Any, state: ModelState, fmt: str, path: Path, ctx: Context) -> Path:
+    """`backend.export`, then, for a quantized state, the int8 read-back check: every export
+    a run keeps or measures (the pipeline, the fallback search) goes through here, whatever
+    the backend (a Backend; not named here, export/ never imports backends/)."""
+    written = backend.export(state, fmt, path, ctx)
+    quantize = state.last(QuantizeConfig)
+    if quantize is not None:
+        require_int8_kernels(written, quantize.mode, len(state.float_layers))
+    return written
 
 
 def require_int8_kernels(path: Path, mode: str, allowed_float: int = 0) -> None:

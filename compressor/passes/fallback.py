@@ -24,6 +24,7 @@ import numpy as np
 
 from compressor import validate
 from compressor.errors import RecipeError
+from compressor.export.int8 import export_checked
 
 if TYPE_CHECKING:
     from compressor.backends.base import Backend
@@ -150,7 +151,7 @@ class _Search:
         self.evaluations += 1
         path = self.folder / f"candidate-{self.evaluations}.{self.fmt}"
         path.parent.mkdir(parents=True, exist_ok=True)
-        written = self.backend.export(state, self.fmt, path, self.ctx)
+        written = export_checked(self.backend, state, self.fmt, path, self.ctx)
         trial = _evaluate(written, float_layers, self.ctx)
         written.unlink(missing_ok=True)
         return trial

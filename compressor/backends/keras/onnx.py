@@ -40,10 +40,7 @@ def onnx_from_keras(state: ModelState, path: Path, ctx: Context, cache: Conversi
         if precision is not None:
             proto = float16_onnx(proto, precision)
     require_dynamic_batch(proto)
-    save_checked_onnx(proto, path, log)
-    if quantize is not None:
-        require_int8_kernels(path, quantize.mode, len(state.float_layers))
-    return path
+    return save_checked_onnx(proto, path, log)
 
 
 def _float_onnx(model: Any, log: Path) -> Any:
@@ -59,6 +56,8 @@ def _int8_onnx(state: ModelState, ctx: Context, cache: ConversionCache, log: Pat
     tflite_path = Path(ctx.workdir) / "int8-float-io.tflite"
     tflite_path.parent.mkdir(parents=True, exist_ok=True)
     tflite_path.write_bytes(int8_tflite(state, ctx, cache, io_dtype="float32"))
+    # The TFLite this ONNX is made from must compute in int8 too: a hybrid (float activation)
+    # TFLite would still give int8 ONNX weights, which the ONNX read-back cannot tell apart.
     quantize = state.last(QuantizeConfig)
     require_int8_kernels(tflite_path, quantize.mode, len(state.float_layers))
     # Not `dequantize`: that would turn the int8 weights back into float32.

@@ -54,10 +54,6 @@ def tflite_from_keras(state: ModelState, path: Path, ctx: Context, cache: Conver
     else:
         content = _convert(state.model, ctx, "float32", lambda converter, tf: None)
     path.write_bytes(content)
-    if quantize is not None:
-        from compressor.export.int8 import require_int8_kernels
-
-        require_int8_kernels(path, quantize.mode, len(state.float_layers))
     return path
 
 

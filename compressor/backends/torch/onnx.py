@@ -18,7 +18,6 @@ from compressor.backends.torch.env import import_onnx
 from compressor.backends.torch.quant import converted
 from compressor.backends.torch.train import as_tensor, set_mode
 from compressor.errors import BackendUnavailableError, first_line
-from compressor.export.int8 import require_int8_kernels
 from compressor.export.onnx import float16_onnx, save_checked_onnx
 from compressor.quiet import captured_native_output, log_tail
 from compressor.steps import PrecisionConfig, QuantizeConfig
@@ -49,10 +48,7 @@ def onnx_from_torch(state: ModelState, path: Path, ctx: Context, example: np.nda
         # Before stripping: `exclude` patterns match the module paths in the node metadata.
         proto = float16_onnx(proto, precision)
     _strip_debug_metadata(proto)
-    save_checked_onnx(proto, path, log)
-    if quantize is not None:
-        require_int8_kernels(path, quantize.mode, len(state.float_layers))
-    return path
+    return save_checked_onnx(proto, path, log)
 
 
 def _exported_proto(module: torch.nn.Module, example: np.ndarray, log: Path, kind: str) -> Any:

@@ -21,7 +21,6 @@ from compressor.backends.torch.env import import_litert_torch
 from compressor.backends.torch.quant import converted
 from compressor.backends.torch.train import as_tensor, set_mode
 from compressor.errors import BackendUnavailableError, first_line
-from compressor.export.int8 import require_int8_kernels
 from compressor.export.tflite import float16_weights
 from compressor.quiet import captured_native_output, log_tail
 from compressor.steps import PrecisionConfig, QuantizeConfig
@@ -52,8 +51,6 @@ def tflite_from_torch(state: ModelState, path: Path, ctx: Context, example: np.n
         config, kind = (_float16_config(precision), "float16") if precision else (None, "float32")
         content = _convert(state.model, sample, config, log, kind)
     path.write_bytes(content)
-    if quantize is not None:
-        require_int8_kernels(path, quantize.mode, len(state.float_layers))
     return path
 
 
