@@ -5,10 +5,9 @@ import argparse
 import json
 from pathlib import Path
 
-import numpy as np
-
 from compressor.errors import CompressorError, DataError
 from compressor.report import human_size
+from compressor.tensors import rows
 
 
 def run(command: str, argv: list[str]) -> int:
@@ -84,6 +83,8 @@ def _eval(argv: list[str]) -> int:
     parser.add_argument("--data", required=True, help="digits | data.npz | module:function")
     parser.add_argument("--metric", default="accuracy", choices=("accuracy", "mse"))
     parser.add_argument("--threads", type=int)
+    parser.add_argument("--output", type=_output_key,
+                        help="multi-output artifacts: the output (name or index) the metric reads")
     args = parser.parse_args(argv)
     _require_file(args.artifact)
     shape = inspect_artifact(args.artifact).inputs[0]["shape"]
@@ -93,10 +94,10 @@ def _eval(argv: list[str]) -> int:
     x, y = data.val
     if args.metric == "accuracy" and y is None:
         raise DataError(f"{data.name} has no y_val labels; accuracy needs them")
-    outputs = open_runtime(args.artifact, threads=args.threads).predict(np.asarray(x))
-    value = metric_value(args.metric, outputs, y, outputs)
+    outputs = open_runtime(args.artifact, threads=args.threads).predict(x)
+    value = metric_value(args.metric, outputs, y, outputs, args.output)
     print(json.dumps({"path": str(args.artifact), "metric": args.metric, "value": value,
-                      "samples": int(len(x))}))
+                      "samples": rows(x)}))
     return 0
 
 
@@ -134,6 +135,10 @@ def _sweep(argv: list[str]) -> int:
     print(frame[columns].to_string(index=False))
     print(f"wrote {args.out / 'sweep.csv'} and {args.out / 'pareto.png'}")
     return 0  # a recipe that failed is a row with its error, not a failed sweep
+
+
+def _output_key(text: str) -> str | int:
+    return int(text) if text.isdigit() else text
 
 
 def _require_file(path: Path) -> None:

@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import numpy as np
 
 from compressor.steps import StepConfig
+from compressor.tensors import Arrays, TensorSpec
 
 if TYPE_CHECKING:
     from compressor.progress import Progress
     from compressor.steps import ValidateConfig
 
-Split = tuple[np.ndarray, "np.ndarray | None"]
+Split = tuple["Arrays", "np.ndarray | None"]
 S = TypeVar("S", bound=StepConfig)
 
 
@@ -29,8 +30,8 @@ S = TypeVar("S", bound=StepConfig)
 class Data:
     """Train and validation splits as numpy arrays; labels may be None (fidelity metric).
 
-    `cz.Data(train=(x, y), val=(xv, yv))`. `train` is needed by fine-tuning and calibration,
-    `val` by validation.
+    `cz.Data(train=(x, y), val=(xv, yv))`; for a model with several inputs x is a dict
+    name -> array. `train` is needed by fine-tuning and calibration, `val` by validation.
     """
 
     train: Split | None = None
@@ -96,5 +97,8 @@ class Context:
     formats: tuple[str, ...] = ()             # export formats, first = the one searches measure
     validation: ValidateConfig | None = None
     metric: Any = None                        # a custom metric function overriding validation's
-    reference_outputs: np.ndarray | None = None   # the original model's outputs on data.val
+    reference_outputs: Arrays | None = None   # the original model's outputs on data.val
     baseline_value: float | None = None       # the original model's metric on data.val
+    inputs: tuple[TensorSpec, ...] = ()       # the original model's named inputs, in its order
+    outputs: tuple[TensorSpec, ...] = ()      # ... and outputs: exporters keep these names
+    output_index: int = 0                     # the output the metric and training losses read

@@ -15,6 +15,7 @@ import numpy as np
 
 from compressor.context import Data
 from compressor.errors import DataError
+from compressor.tensors import TensorSpec, is_integer, is_named, rows, specs_of
 
 NPZ_KEYS = ("x_train", "y_train", "x_val", "y_val")
 
@@ -68,7 +69,25 @@ def _from_npz(path: Path) -> Data:
     except (ValueError, OSError, EOFError) as exc:
         raise DataError(f"{path}: not a readable .npz file ({exc}); save it with "
                         f"numpy.savez(path, {'=..., '.join(NPZ_KEYS)}=...)") from None
-    return _coerce(arrays, str(path))
+    return _coerce(_grouped_inputs(arrays, path), str(path))
+
+
+def _grouped_inputs(arrays: dict[str, np.ndarray], path: Path) -> dict:
+    """`x_train.<name>` / `x_val.<name>` keys become dicts name -> array (several inputs)."""
+    grouped: dict = {}
+    for key, array in arrays.items():
+        split, dot, input_name = key.partition(".")
+        if not dot:
+            grouped[key] = array
+            continue
+        if split not in ("x_train", "x_val") or not input_name:
+            raise DataError(f"{path}: key {key!r} is not understood; named inputs are "
+                            "x_train.<name> and x_val.<name>")
+        if split in arrays:
+            raise DataError(f"{path}: has both {split} and {key}; give {split} as one array or "
+                            f"as {split}.<name> per input, not both")
+        grouped.setdefault(split, {})[input_name] = array
+    return grouped
 
 
 def _call_reference(ref: str) -> Any:
@@ -161,26 +180,44 @@ def _checked(data: Data) -> Data:
     for split_name, split in (("train", data.train), ("val", data.val)):
         if split is None:
             continue
-        x, y = np.asarray(split[0]), split[1]
-        if y is not None and len(np.asarray(y)) != len(x):
-            raise DataError(f"{data.name}: {split_name} has {len(x)} inputs but "
+        x = {k: np.asarray(v) for k, v in split[0].items()} if is_named(split[0]) \
+            else np.asarray(split[0])
+        n, y = rows(x), split[1]
+        if y is not None and len(np.asarray(y)) != n:
+            raise DataError(f"{data.name}: {split_name} has {n} inputs but "
                             f"{len(np.asarray(y))} labels; they must match")
     return data
 
 
-def check_matches_model(data: Data, input_shape: tuple, input_dtype: str) -> None:
-    """Raise DataError when the data cannot be fed to a model with this input."""
+def check_matches_model(data: Data, inputs: tuple[TensorSpec, ...]) -> None:
+    """Raise DataError naming each input whose data has the wrong shape or kind of dtype."""
     for split_name, split in (("val", data.val), ("train", data.train)):
         if split is None:
             continue
-        x = np.asarray(split[0])
-        expected = tuple(input_shape[1:])
-        got = tuple(x.shape[1:])
-        if len(expected) != len(got) or any(e not in (None, g) for e, g in zip(expected, got)):
-            raise DataError(
-                f"{data.name}: {split_name} inputs have shape {tuple(x.shape)}, but the model "
-                f"expects (N, {', '.join('?' if d is None else str(d) for d in expected)}); "
-                "reshape the data (or check the image layout: Keras NHWC, PyTorch NCHW)")
-        if np.issubdtype(np.dtype(input_dtype), np.floating) != np.issubdtype(x.dtype, np.floating):
-            raise DataError(f"{data.name}: {split_name} inputs are {x.dtype}, but the model "
-                            f"expects {input_dtype}; convert them with x.astype('{input_dtype}')")
+        given = specs_of(split[0], inputs[0].name if len(inputs) == 1 else "input")
+        if len(given) != len(inputs):
+            raise DataError(f"{data.name}: {split_name} has {len(given)} input(s) "
+                            f"({', '.join(g.name for g in given)}) but the model takes "
+                            f"{len(inputs)}: {'; '.join(s.describe() for s in inputs)}; "
+                            "give one array per model input (x_train.<name> in .npz files)")
+        by_name = {g.name: g for g in given}
+        pairs = [(spec, by_name.get(spec.name)) for spec in inputs]
+        if any(got is None for _, got in pairs):
+            pairs = list(zip(inputs, given))   # names differ: matched by position
+        for spec, got in pairs:
+            _check_input(data.name, split_name, spec, got, len(inputs) > 1)
+
+
+def _check_input(source: str, split_name: str, spec: TensorSpec, got: TensorSpec,
+                 several: bool) -> None:
+    expected, shape = spec.shape[1:], got.shape[1:]
+    label = f"input {spec.name!r}" if several else "inputs"
+    if len(expected) != len(shape) or any(e not in (None, g) for e, g in zip(expected, shape)):
+        hint = (" (or check the image layout: Keras NHWC, PyTorch NCHW)"
+                if len(shape) == 3 and not is_integer(got.dtype) else "")
+        raise DataError(f"{source}: {split_name} {label} have shape (N, "
+                        f"{', '.join(map(str, shape))}) {got.dtype}, but the model expects "
+                        f"{spec.describe()}; reshape the data{hint}")
+    if is_integer(spec.dtype) != is_integer(got.dtype):
+        raise DataError(f"{source}: {split_name} {label} are {got.dtype}, but the model expects "
+                        f"{spec.dtype}; convert them with x.astype('{spec.dtype}')")

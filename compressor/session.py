@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from compressor import validate
 from compressor.backends import Backend, ModelInfo, backend_for, framework_of
@@ -21,6 +20,7 @@ from compressor.errors import DataError, ModelLoadError, RecipeError
 from compressor.export import FORMATS
 from compressor.progress import Progress
 from compressor.recipe import Recipe, load_recipe
+from compressor.tensors import Arrays, output_index, output_list, take
 
 
 @dataclass
@@ -87,25 +87,28 @@ def open_session(model: Any, recipe: str | Path | Recipe, data: Any = "digits", 
     if recipe.needs_train_data and data.train is None:
         raise DataError(f"recipe {recipe.name!r} fine-tunes or calibrates and needs a train split "
                         "(x_train, y_train)")
-    info = backend.describe(loaded, example=np.asarray(data.val[0][:2]))
-    check_matches_model(data, info.input_shape, info.input_dtype)
+    info = backend.describe(loaded, example=take(data.val[0], slice(0, 2)))
+    check_matches_model(data, info.inputs)
     if teacher_model is not None:
         teacher_info = _check_teacher_shapes(backend, loaded, info, teacher_model, data)
 
     workdir = Path(tempfile.mkdtemp(prefix="compressor-work-"))
-    x_val, y_val = np.asarray(data.val[0]), data.val[1]
+    x_val, y_val = data.val
     reference = backend.predict(loaded, x_val)
     metric_used = metric or recipe.validation.metric
-    baseline = validate.metric_value(metric_used, reference, y_val, reference)
+    output = recipe.validation.output
+    baseline = validate.metric_value(metric_used, reference, y_val, reference, output)
     teacher_entry = None
     if teacher_model is not None:
         teacher_outputs = backend.predict(teacher_model, x_val)
         teacher_entry = {"model": describe_ref(teacher), "params": teacher_info.params,
                          "metric_value": validate.metric_value(metric_used, teacher_outputs, y_val,
-                                                               reference)}
+                                                               reference, output)}
     ctx = Context(data=data, progress=Progress(quiet=quiet), workdir=workdir, seed=seed,
                   teacher=teacher_model, formats=formats, validation=recipe.validation,
-                  metric=metric, reference_outputs=reference, baseline_value=baseline)
+                  metric=metric, reference_outputs=reference, baseline_value=baseline,
+                  inputs=info.inputs, outputs=info.outputs,
+                  output_index=output_index(info.outputs, output))
     session = Session(recipe=recipe, backend=backend, model=loaded, model_ref=describe_ref(model),
                       info=info, ctx=ctx, out_dir=out, force=force, target=target,
                       measure_latency=latency, threads=threads, teacher_entry=teacher_entry)
@@ -128,18 +131,23 @@ def describe_ref(model: Any) -> str:
 def _check_teacher_shapes(backend: Backend, student: Any, info: ModelInfo, teacher: Any,
                           data: Data) -> ModelInfo:
     """Teacher and student must read the same inputs and give the same outputs (2 val rows)."""
-    rows = np.asarray(data.val[0][:2])
-    student_out = (None, *backend.predict(student, rows).shape[1:])
+    rows = take(data.val[0], slice(0, 2))
+    student_out = _output_shapes(backend.predict(student, rows))
     try:
         teacher_info = backend.describe(teacher, example=rows)
     except DataError as exc:
         raise ModelLoadError(f"the teacher cannot run the student's inputs (student "
                              f"{info.input_shape} -> {student_out}): {exc}") from None
     teacher_out = (teacher_info.output_shape if teacher_info.input_shape != info.input_shape
-                   else (None, *backend.predict(teacher, rows).shape[1:]))
+                   else _output_shapes(backend.predict(teacher, rows)))
     if teacher_info.input_shape != info.input_shape or teacher_out != student_out:
         raise ModelLoadError(
             "the teacher and the student must agree on input and output shapes: student "
             f"{info.input_shape} -> {student_out}, teacher {teacher_info.input_shape} -> "
             f"{teacher_out}; distil from a teacher trained on the same inputs and outputs")
     return teacher_info
+
+
+def _output_shapes(outputs: Arrays) -> tuple:
+    shapes = [(None, *o.shape[1:]) for o in output_list(outputs)]
+    return shapes[0] if len(shapes) == 1 else tuple(shapes)

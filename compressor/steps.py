@@ -89,6 +89,9 @@ class ValidateConfig(BaseModel):
     max_drop: float = Field(0.01, ge=0.0, description="absolute metric drop allowed, e.g. 0.01")
     min_fidelity: float | None = Field(None, gt=0.0, le=1.0,
                                        description="for metric fidelity: lowest allowed, e.g. 0.99")
+    output: str | int | None = Field(
+        None, description="multi-output models: the output (name or index) accuracy / mse read; "
+                          "default the first. Fidelity compares every output")
 
 
 STEP_CONFIGS: tuple[type[StepConfig], ...] = (PruneConfig, QuantizeConfig, DistillConfig,

@@ -19,6 +19,7 @@ from compressor.errors import CompressorError, DataError
 from compressor.pipeline import finish, run_steps
 from compressor.recipe import Recipe, load_recipe
 from compressor.session import Session, open_session
+from compressor.tensors import output_list
 
 ARTIFACT_COLUMNS = ("format", "path", "size_bytes", "gzip_bytes", "metric_value", "drop",
                     "sparsity", "weight_dtypes", "latency_ms_p50", "est_peak_memory_bytes",
@@ -77,7 +78,8 @@ def model_digest(model: Any, session: Session) -> str:
                 digest.update(chunk)
     else:
         digest.update(str(session.info.params).encode())
-        digest.update(np.ascontiguousarray(session.ctx.reference_outputs, dtype=np.float32).tobytes())
+        for output in output_list(session.ctx.reference_outputs):
+            digest.update(np.ascontiguousarray(output, dtype=np.float32).tobytes())
     return digest.hexdigest()
 
 

@@ -11,13 +11,20 @@ import numpy as np
 
 from compressor.errors import DataError
 from compressor.steps import ValidateConfig
+from compressor.tensors import Arrays, aligned_outputs, select_output, take
 
 MetricFn = Callable[[np.ndarray, "np.ndarray | None"], float]
 
 
-def metric_value(metric: str | MetricFn, outputs: np.ndarray, labels: np.ndarray | None,
-                 reference: np.ndarray) -> float:
-    """The metric of `outputs` given labels and the original model's outputs on the same inputs."""
+def metric_value(metric: str | MetricFn, outputs: Arrays, labels: np.ndarray | None,
+                 reference: Arrays, output: str | int | None = None) -> float:
+    """The metric of `outputs` given labels and the original model's outputs on the same inputs.
+
+    Accuracy, mse and custom metrics read one output (`output`, default the first); fidelity
+    is the lowest mean cosine over every output."""
+    if metric == "fidelity":
+        return min(mean_cosine(got, want) for got, want in aligned_outputs(outputs, reference))
+    outputs, reference = select_output(outputs, output), select_output(reference, output)
     if callable(metric):
         return float(metric(outputs, labels))
     if metric == "accuracy":
@@ -25,8 +32,6 @@ def metric_value(metric: str | MetricFn, outputs: np.ndarray, labels: np.ndarray
             raise DataError("the accuracy metric needs labels (y_val); use `validate: {metric: "
                             "fidelity}` to compare against the original model instead")
         return float(np.mean(np.argmax(outputs.reshape(len(outputs), -1), axis=1) == labels))
-    if metric == "fidelity":
-        return mean_cosine(outputs, reference)
     if metric == "mse":
         target = labels if labels is not None and np.size(labels) == np.size(outputs) else reference
         return float(np.mean((outputs.reshape(target.shape).astype(np.float64) - target) ** 2))
@@ -62,9 +67,9 @@ def evaluate_artifact(path, data, reference: np.ndarray, baseline: float,
     info = inspect_artifact(path)
     runtime = open_runtime(path, threads=threads)
     x_val, y_val = data.val
-    outputs = runtime.predict(np.asarray(x_val))
-    value = metric_value(metric, outputs, y_val, reference)
-    timing = runtime.latency_ms(np.asarray(x_val[:1])) if latency else {"p50": None, "p90": None}
+    outputs = runtime.predict(x_val)
+    value = metric_value(metric, outputs, y_val, reference, config.output)
+    timing = runtime.latency_ms(take(x_val, slice(0, 1))) if latency else {"p50": None, "p90": None}
     return {
         "format": info.format, "path": info.path.name,
         "size_bytes": info.size_bytes, "gzip_bytes": info.gzip_bytes, "sha256": info.sha256,

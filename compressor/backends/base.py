@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-import numpy as np
+from compressor.tensors import Arrays, TensorSpec
 
 if TYPE_CHECKING:
     from compressor.context import Context, ModelState
@@ -22,13 +22,29 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ModelInfo:
-    """What validation and reports need to know about a framework model."""
+    """What validation and reports need to know about a framework model: its named inputs and
+    outputs in the model's order (shapes batch first, None where dynamic)."""
 
     params: int
-    input_shape: tuple[int | None, ...]   # batch dimension first, None where dynamic
-    input_dtype: str                      # numpy dtype name, e.g. "float32" or "int64"
-    output_shape: tuple[int | None, ...]
-    size_bytes: int                       # float32 weight bytes (params x 4 for fp32 models)
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    size_bytes: int                       # weight bytes as the framework holds them
+
+    @property
+    def input_shape(self) -> tuple[int | None, ...]:
+        return self.inputs[0].shape
+
+    @property
+    def input_dtype(self) -> str:
+        return self.inputs[0].dtype
+
+    @property
+    def output_shape(self) -> tuple[int | None, ...]:
+        return self.outputs[0].shape
+
+    @property
+    def input_names(self) -> list[str]:
+        return [spec.name for spec in self.inputs]
 
 
 class Backend(Protocol):
@@ -41,12 +57,13 @@ class Backend(Protocol):
     def clone(self, model: Any) -> Any:
         """A private copy with equal weights, so passes never touch the caller's model."""
 
-    def describe(self, model: Any, example: np.ndarray | None = None) -> ModelInfo:
+    def describe(self, model: Any, example: Arrays | None = None) -> ModelInfo:
         """Params and I/O of `model`; `example` (a few inputs) is for frameworks whose modules do
         not declare an input shape: it is run once, and a DataError says if it does not fit."""
 
-    def predict(self, model: Any, x: np.ndarray, batch_size: int = 256) -> np.ndarray:
-        """Raw outputs (logits) of the framework model, in inference mode."""
+    def predict(self, model: Any, x: Arrays, batch_size: int = 256) -> Arrays:
+        """Raw outputs (logits) of the framework model, in inference mode: one array, or a dict
+        name -> array for several outputs. `x` is one array or a dict name -> array."""
 
     def prune(self, state: ModelState, config: PruneConfig, ctx: Context) -> ModelState:
         """The state with `config.sparsity` of each prunable kernel zeroed, fine-tuned."""

@@ -85,3 +85,28 @@ def _opcode_index(model: Any, builtin: int, schema: Any) -> int:
     code.builtinCode, code.deprecatedBuiltinCode, code.version = builtin, min(builtin, 127), 1
     model.operatorCodes.append(code)
     return len(model.operatorCodes) - 1
+
+
+def renamed_signature(content: bytes, input_names: list[str], output_names: list[str]) -> bytes:
+    """The model with its serving signature's inputs and outputs named `input_names` /
+    `output_names`, in order: converters name them `args_0`, `output_0`, ... (numbered in the
+    model's order), which a user's data and `validate.output` cannot refer to."""
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.read_model_from_bytearray(bytearray(content))
+    if len(model.signatureDefs or []) != 1:
+        return content
+    signature = model.signatureDefs[0]
+    for entries, names in ((signature.inputs, input_names), (signature.outputs, output_names)):
+        if len(entries) != len(names):
+            return content
+        for entry, name in zip(sorted(entries, key=lambda e: _numbered(e.name)), names):
+            entry.name = name.encode() if isinstance(entry.name, bytes) else name
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
+
+
+def _numbered(name: bytes | str) -> tuple[int, str]:
+    """`args_10` after `args_9`: the number a converter gave the entry, then the name."""
+    text = name.decode() if isinstance(name, bytes) else name
+    stem, _, number = text.rpartition("_")
+    return (int(number), stem) if number.isdigit() else (-1, text)

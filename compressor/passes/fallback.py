@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 
 from compressor import validate
 from compressor.errors import RecipeError
@@ -168,11 +167,12 @@ def _evaluate(path: Path, float_layers: tuple[str, ...], ctx: Context) -> Trial:
 
     metric = ctx.metric or ctx.validation.metric
     x_val, y_val = ctx.data.val
-    outputs = open_runtime(path).predict(np.asarray(x_val))
-    value = validate.metric_value(metric, outputs, y_val, ctx.reference_outputs)
+    outputs = open_runtime(path).predict(x_val)
+    value = validate.metric_value(metric, outputs, y_val, ctx.reference_outputs,
+                                  ctx.validation.output)
     drop = validate.drop(metric, ctx.baseline_value, value)
     return Trial(float_layers=float_layers, metric_value=value, drop=drop,
-                 fidelity=validate.mean_cosine(outputs, ctx.reference_outputs),
+                 fidelity=validate.metric_value("fidelity", outputs, y_val, ctx.reference_outputs),
                  size_bytes=path.stat().st_size,
                  passed=validate.gate_passes(ctx.validation, value, drop))
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from compressor.errors import DataError
+from compressor.tensors import matched
 from compressor.runtimes.base import WeightTensor
 
 Op = tuple[str, Sequence, Sequence]   # (op_type, input tensor ids, output tensor ids)
@@ -150,31 +151,23 @@ def default_threads(threads: int | None) -> int:
 
 
 def as_input_list(x, names: Sequence[str]) -> list[np.ndarray]:
-    """One array per model input, in the model's order, from an array, a sequence or a dict."""
-    if isinstance(x, Mapping):
-        missing = [n for n in names if n not in x]
-        if missing:
-            raise DataError(f"inputs {missing} are missing; the model's inputs are {list(names)}")
-        return [np.asarray(x[n]) for n in names]
+    """One array per model input, in the model's order, from an array, a sequence or a dict
+    (matched by name, by position when the names differ)."""
     if isinstance(x, (list, tuple)) and len(names) > 1:
-        arrays = [np.asarray(a) for a in x]
-    else:
-        arrays = [np.asarray(x)]
-    if len(arrays) != len(names):
-        raise DataError(f"the model has {len(names)} inputs {list(names)} but got {len(arrays)} "
-                        "array(s); pass a dict name -> array")
+        x = dict(zip(names, x))
+    arrays = matched(x, names)
     if len({len(a) for a in arrays}) > 1:
         raise DataError(f"inputs have different batch sizes: {[len(a) for a in arrays]}")
     return arrays
 
 
 def predict_in_batches(run: Callable[[list[np.ndarray]], list[np.ndarray]], inputs: list[np.ndarray],
-                       batch_size: int, fixed_batch: int | None):
+                       batch_size: int, fixed_batch: int | None, output_names: Sequence[str]):
     """Run `run` over batches and join its outputs along axis 0.
 
     Models with a fixed batch dimension get exactly that many rows per call; the last batch
     is padded with zeros and the padding cut from the outputs. Returns one array for a
-    single-output model, else a list.
+    single-output model, else a dict name -> array in the model's output order.
     """
     if batch_size < 1:
         raise DataError(f"batch_size = {batch_size}, but it must be at least 1")
@@ -190,7 +183,7 @@ def predict_in_batches(run: Callable[[list[np.ndarray]], list[np.ndarray]], inpu
     if not chunks:
         raise DataError("predict got an empty batch (0 samples)")
     outputs = [np.concatenate(parts) for parts in zip(*chunks)]
-    return outputs[0] if len(outputs) == 1 else outputs
+    return outputs[0] if len(outputs) == 1 else dict(zip(output_names, outputs))
 
 
 def time_calls(call: Callable[[], object], warmup: int, runs: int) -> dict[str, float]:

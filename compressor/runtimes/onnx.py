@@ -77,6 +77,7 @@ class OnnxRuntime:
                                  f"({type(e).__name__}: {str(e).strip()[:300]}); re-export it") from e
         self._inputs = self._session.get_inputs()
         self._names = [i.name for i in self._inputs]
+        self.output_names = [o.name for o in self._session.get_outputs()]
         first = self._inputs[0].shape[0] if self._inputs and self._inputs[0].shape else None
         # a model exported with a fixed batch must get exactly that many rows per run
         self._fixed_batch = first if isinstance(first, int) and first > 0 else None
@@ -90,8 +91,9 @@ class OnnxRuntime:
         return [y.astype(np.float32) if np.issubdtype(y.dtype, np.floating) else y for y in outputs]
 
     def predict(self, x, batch_size: int = 64):
-        """Float outputs for float inputs (one array, or a list for multi-output models)."""
-        return predict_in_batches(self._run, as_input_list(x, self._names), batch_size, self._fixed_batch)
+        """Float outputs for float inputs (one array, or a dict name -> array for several)."""
+        return predict_in_batches(self._run, as_input_list(x, self._names), batch_size,
+                                  self._fixed_batch, self.output_names)
 
     def latency_ms(self, x_one, warmup: int = 10, runs: int = 50) -> dict[str, float]:
         """p50 / p90 of session.run on one sample, after warm-up."""

@@ -83,8 +83,10 @@ class TFLiteRuntime:
         except (ValueError, RuntimeError) as e:   # e.g. Select TF ops / custom ops not linked in
             raise ModelLoadError(f"{self.path}: {self.name} cannot prepare this model ({e}); "
                                  "export it with TFLite builtin ops only") from e
-        self._inputs = self._interp.get_input_details()
-        self._outputs = self._interp.get_output_details()
+        self._inputs, self._input_names = _signature_ordered(
+            self._interp, self._interp.get_input_details(), "inputs")
+        self._outputs, self.output_names = _signature_ordered(
+            self._interp, self._interp.get_output_details(), "outputs")
         dynamic = all(len(d["shape_signature"]) and d["shape_signature"][0] == -1 for d in self._inputs)
         # a model exported with a fixed batch (often 1) must get exactly that many rows
         self._fixed_batch = None if dynamic else int(self._inputs[0]["shape"][0])
@@ -125,13 +127,14 @@ class TFLiteRuntime:
         return [self._from_output(self._interp.get_tensor(d["index"]), d) for d in self._outputs]
 
     def predict(self, x, batch_size: int = 64):
-        """Float outputs for float inputs (one array, or a list for multi-output models)."""
-        inputs = as_input_list(x, [d["name"] for d in self._inputs])
-        return predict_in_batches(self._run, inputs, batch_size, self._fixed_batch)
+        """Float outputs for float inputs (one array, or a dict name -> array for several)."""
+        inputs = as_input_list(x, self._input_names)
+        return predict_in_batches(self._run, inputs, batch_size, self._fixed_batch,
+                                  self.output_names)
 
     def latency_ms(self, x_one, warmup: int = 10, runs: int = 50) -> dict[str, float]:
         """p50 / p90 of set_tensor + invoke + get_tensor for one sample, after warm-up."""
-        inputs = [a[:1] for a in as_input_list(x_one, [d["name"] for d in self._inputs])]
+        inputs = [a[:1] for a in as_input_list(x_one, self._input_names)]
         if self._fixed_batch and self._fixed_batch > 1:
             inputs = [np.repeat(a, self._fixed_batch, axis=0) for a in inputs]
         self._set_batch(len(inputs[0]))
@@ -145,6 +148,20 @@ class TFLiteRuntime:
             return [interp.get_tensor(i) for i in outs]
 
         return time_calls(call, warmup, runs)
+
+
+def _signature_ordered(interp, details: list[dict], side: str) -> tuple[list[dict], list[str]]:
+    """Tensor details and names in the model's own order: the serving signature's names
+    (`image`, `output_0`, ...), ordered by tensor index, which the converters assign in the
+    model's order; the tensor names themselves when the file has no signature."""
+    signatures = interp._get_full_signature_list() or {}
+    if len(signatures) != 1:
+        return details, [d["name"] for d in details]
+    by_index = {index: name for name, index in next(iter(signatures.values()))[side].items()}
+    ordered = sorted(details, key=lambda d: d["index"])
+    if set(by_index) != {d["index"] for d in ordered}:
+        return details, [d["name"] for d in details]
+    return ordered, [by_index[d["index"]] for d in ordered]
 
 
 def _io(details: list[dict]) -> list[dict]:

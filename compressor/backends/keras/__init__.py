@@ -9,19 +9,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from compressor.backends.base import ModelInfo
 from compressor.errors import BackendUnavailableError, ModelLoadError
 from compressor.export import FORMATS
 
 if TYPE_CHECKING:
+    from compressor.tensors import Arrays
     from compressor.backends.base import UserTraining
     from compressor.context import Context, ModelState
     from compressor.steps import (DistillConfig, PrecisionConfig, PruneConfig, QuantizeConfig,
                                   StepConfig)
 
-FLOAT32_BYTES = 4
 
 
 class KerasBackend:
@@ -45,30 +43,17 @@ class KerasBackend:
 
         return clone_keras_model(model)
 
-    def describe(self, model: Any, example: np.ndarray | None = None) -> ModelInfo:
-        """Params and I/O of the first input / output; Keras models declare their input
-        shape, so `example` is not needed (the pipeline checks data against input_shape)."""
-        first_input, first_output = model.inputs[0], model.outputs[0]
-        params = int(model.count_params())
-        return ModelInfo(params=params,
-                         input_shape=(None, *tuple(first_input.shape)[1:]),
-                         input_dtype=first_input.dtype.name,
-                         output_shape=(None, *tuple(first_output.shape)[1:]),
-                         size_bytes=params * FLOAT32_BYTES)
+    def describe(self, model: Any, example: Arrays | None = None) -> ModelInfo:
+        """Params and named I/O; Keras models declare their inputs, so `example` is not needed
+        (the pipeline checks the data against them)."""
+        from compressor.backends.keras.io import describe
 
-    def predict(self, model: Any, x: np.ndarray, batch_size: int = 256) -> np.ndarray:
-        """The first output for `x`, in inference mode (dropout off, BatchNorm frozen).
+        return describe(model)
 
-        Eager calls, not model.predict: predict traces a new tf.function per model, and a
-        sweep over many models triggers TensorFlow's retracing warnings.
-        """
-        x = np.asarray(x)
-        batches = []
-        for start in range(0, len(x), batch_size):
-            outputs = model(x[start:start + batch_size], training=False)
-            batches.append(np.asarray(outputs[0] if isinstance(outputs, (list, tuple))
-                                      else outputs))
-        return np.concatenate(batches)
+    def predict(self, model: Any, x: Arrays, batch_size: int = 256) -> Arrays:
+        from compressor.backends.keras.io import predict
+
+        return predict(model, x, batch_size)
 
     def prune(self, state: ModelState, config: PruneConfig, ctx: Context) -> ModelState:
         from compressor.backends.keras.optimize import pruned_model

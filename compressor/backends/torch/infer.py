@@ -5,37 +5,41 @@ import contextlib
 from typing import TYPE_CHECKING
 from collections.abc import Iterator
 
-import numpy as np
 import torch
 
 from compressor.backends.base import ModelInfo
 from compressor.backends.torch.quant import converted, is_prepared
-from compressor.backends.torch.train import as_tensor, first_output, is_exported, set_mode
+from compressor.backends.torch.io import (SINGLE_OUTPUT, as_tensors, flat_outputs, input_names,
+                                          named_numpy)
+from compressor.backends.torch.train import is_exported, set_mode
 from compressor.errors import DataError, first_line
+from compressor.tensors import (Arrays, TensorSpec, concat, is_integer, is_named, specs_of, take)
+from compressor.tensors import rows as rows_of
 
 if TYPE_CHECKING:
     from compressor.context import Context
 
-INTEGER_INPUT_MODULES = (torch.nn.Embedding, torch.nn.EmbeddingBag)
+SINGLE_INPUT = "input"   # the name of the one input of a model fed one array
 RUN_ERRORS = (RuntimeError, TypeError, ValueError, IndexError)
 
 
-def predict(model: torch.nn.Module, x: np.ndarray, batch_size: int = 256) -> np.ndarray:
-    """First-output logits as numpy, in eval mode and without gradients."""
+def predict(model: torch.nn.Module, x: Arrays, batch_size: int = 256) -> Arrays:
+    """Every output as numpy (one array, or a dict name -> array), in eval mode, no gradients."""
     # A prepared int8 graph is run as its converted int8 copy: its observers would otherwise
     # keep recording, and the converted graph is exactly what the artifacts compute.
     quantized = is_prepared(model)
     runnable = converted(model) if quantized else model
-    outputs = []
+    inputs = as_tensors(runnable, x)
+    batches = []
     with (torch.no_grad() if quantized else _inference(runnable)):
-        for batch in as_tensor(x).split(batch_size):
-            out = first_output(runnable(batch)).detach()
-            outputs.append((out.float() if out.is_floating_point() else out).numpy())
-    return np.concatenate(outputs)
+        for batch in zip(*(t.split(batch_size) for t in inputs)):
+            batches.append(named_numpy(flat_outputs(runnable(*batch))))
+    return concat(batches)
 
 
-def describe(model: torch.nn.Module, example: np.ndarray | None = None) -> ModelInfo:
-    """Params and I/O; an nn.Module declares no input shape, so `example` rows are run once."""
+def describe(model: torch.nn.Module, example: Arrays | None = None) -> ModelInfo:
+    """Params and named I/O; an nn.Module declares no input shape, so `example` rows (whose
+    dtypes are the inputs' dtypes: integer ids stay integers) are run once."""
     params = sum(p.numel() for p in model.parameters())
     size = sum(p.numel() * p.element_size() for p in model.parameters())
     declared = _exported_signature(model)
@@ -43,54 +47,66 @@ def describe(model: torch.nn.Module, example: np.ndarray | None = None) -> Model
         if declared is None:
             raise DataError(f"describing a {type(model).__name__} needs example inputs (a few "
                             "rows of data): a PyTorch module does not declare its input shape")
-        (input_shape, input_dtype), output_shape = declared
-        return ModelInfo(params, input_shape, input_dtype, output_shape, size)
-    input_dtype = declared[0][1] if declared else expected_input_dtype(model)
-    rows = np.asarray(example)[:2]
+        return ModelInfo(params, *declared, size)
+    rows = take(example, slice(0, 2))
+    names = input_names(model)
+    given = specs_of(rows, SINGLE_INPUT)
     try:
-        output = predict(model, rows.astype(input_dtype))
+        outputs = predict(model, rows)
     except RUN_ERRORS as exc:
-        raise DataError(f"the model cannot run inputs of shape (N, {', '.join(map(str, rows.shape[1:]))})"
-                        f" ({first_line(exc)}); check the data's shape and layout (PyTorch images are "
-                        "NCHW: N, channels, height, width)") from None
-    input_shape = declared[0][0] if declared else (None, *rows.shape[1:])
-    return ModelInfo(params, input_shape, input_dtype, (None, *output.shape[1:]), size)
+        raise DataError(f"the model cannot run inputs {'; '.join(g.describe() for g in given)} "
+                        f"({first_line(exc)}); forward() takes {', '.join(names)}: check the "
+                        f"data's shapes, dtypes and names{_layout_hint(given)}") from None
+    inputs = declared[0] if declared else _named_like(given, names, rows)
+    return ModelInfo(params, inputs, specs_of(outputs, SINGLE_OUTPUT), size)
 
 
-def expected_input_dtype(model: torch.nn.Module) -> str:
-    """int64 when the first layer is an embedding (token ids), float32 otherwise."""
-    for module in model.modules():
-        if next(module.parameters(recurse=False), None) is not None:
-            return "int64" if isinstance(module, INTEGER_INPUT_MODULES) else "float32"
-    return "float32"
+def _named_like(given: tuple[TensorSpec, ...], names: list[str], rows: Arrays) -> tuple:
+    """The data's specs under forward()'s names when the data matched them by position."""
+    if is_named(rows) and not set(names) >= set(rows):
+        return tuple(TensorSpec(name, g.shape, g.dtype) for name, g in zip(names, given))
+    return given
 
 
-def example_input(ctx: Context, rows: int) -> np.ndarray:
+def _layout_hint(given: tuple[TensorSpec, ...]) -> str:
+    images = any(len(g.shape) == 4 and not is_integer(g.dtype) for g in given)
+    return " (PyTorch images are NCHW: N, channels, height, width)" if images else ""
+
+
+def example_input(ctx: Context, count: int) -> Arrays:
     """A few real input rows for tracing (exporters need one example batch)."""
     for split in (ctx.data.val, ctx.data.train):
-        if split is not None and len(split[0]) >= rows:
-            return np.asarray(split[0][:rows])
-    raise DataError(f"exporting a PyTorch model traces it on {rows} input rows, but "
+        if split is not None and rows_of(split[0]) >= count:
+            return take(split[0], slice(0, count))
+    raise DataError(f"exporting a PyTorch model traces it on {count} input rows, but "
                     f"{ctx.data.name} has fewer; pass more validation data")
 
 
 def _exported_signature(model: torch.nn.Module):
-    """((input_shape, dtype), output_shape) read from an exported graph, None for nn.Modules."""
+    """(input specs, output specs) read from an exported graph, None for nn.Modules."""
     if not is_exported(model):
         return None
     placeholders = [n for n in model.graph.nodes if n.op == "placeholder" and "val" in n.meta]
     outputs = [n for n in model.graph.nodes if n.op == "output"]
     if not placeholders or not outputs:
         return None
-    value = placeholders[0].meta["val"]
-    first_out = outputs[0].args[0]
-    while isinstance(first_out, (tuple, list)):
-        first_out = first_out[0]
-    out_value = getattr(first_out, "meta", {}).get("val")
-    if out_value is None:
+    flat_out = _flat_nodes(outputs[0].args[0])
+    if any("val" not in getattr(node, "meta", {}) for node in flat_out):
         return None
-    dtype = str(value.dtype).removeprefix("torch.")
-    return (_static(value.shape), dtype), _static(out_value.shape)
+    inputs = tuple(_spec(n.name, n.meta["val"]) for n in placeholders)
+    names = [SINGLE_OUTPUT] if len(flat_out) == 1 else \
+        [f"{SINGLE_OUTPUT}_{i}" for i in range(len(flat_out))]
+    return inputs, tuple(_spec(name, n.meta["val"]) for name, n in zip(names, flat_out))
+
+
+def _flat_nodes(value) -> list:
+    if isinstance(value, (tuple, list)):
+        return [node for item in value for node in _flat_nodes(item)]
+    return [value]
+
+
+def _spec(name: str, value) -> TensorSpec:
+    return TensorSpec(name, _static(value.shape), str(value.dtype).removeprefix("torch."))
 
 
 def _static(shape) -> tuple[int | None, ...]:

@@ -11,12 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 
 from compressor.backends.torch.env import import_onnx
 from compressor.backends.torch.quant import converted
-from compressor.backends.torch.train import as_tensor, set_mode
+from compressor.backends.torch.io import as_tensors, exportable
+from compressor.backends.torch.train import set_mode
 from compressor.errors import BackendUnavailableError, first_line
 from compressor.export.onnx import float16_onnx, save_checked_onnx
 from compressor.quiet import captured_native_output, log_tail
@@ -24,13 +24,13 @@ from compressor.steps import PrecisionConfig, QuantizeConfig
 
 if TYPE_CHECKING:
     from compressor.context import Context, ModelState
+    from compressor.tensors import Arrays
 
-INPUT_NAME, OUTPUT_NAME = "input", "output"
 EXPORT_ERRORS = (RuntimeError, TypeError, ValueError, NotImplementedError, KeyError,
                  AttributeError)
 
 
-def onnx_from_torch(state: ModelState, path: Path, ctx: Context, example: np.ndarray) -> Path:
+def onnx_from_torch(state: ModelState, path: Path, ctx: Context, example: Arrays) -> Path:
     import_onnx()   # a typed error naming the package when onnx / onnxscript are missing
     log = Path(ctx.workdir) / "logs" / "onnx-export.log"
     quantize, precision = state.last(QuantizeConfig), state.last(PrecisionConfig)
@@ -39,7 +39,7 @@ def onnx_from_torch(state: ModelState, path: Path, ctx: Context, example: np.nda
     else:
         module, kind = state.model, "float32"
         set_mode(module, training=False)
-    proto = _exported_proto(module, example, log, kind)
+    proto = _exported_proto(module, example, log, kind, ctx)
     if quantize is not None and state.float_layers:
         from compressor.export.onnx_mixed import keep_float_kernels
 
@@ -51,13 +51,19 @@ def onnx_from_torch(state: ModelState, path: Path, ctx: Context, example: np.nda
     return save_checked_onnx(proto, path, log)
 
 
-def _exported_proto(module: torch.nn.Module, example: np.ndarray, log: Path, kind: str) -> Any:
+def _exported_proto(module: torch.nn.Module, example: Arrays, log: Path, kind: str,
+                    ctx: Context) -> Any:
+    """The ONNX graph with the original model's input and output names, batch dynamic."""
+    input_names = [spec.name for spec in ctx.inputs] or ["input"]
+    tensors = as_tensors(module, example, input_names)
+    module = exportable(module, tensors, input_names)
     try:
         with captured_native_output(log, f"ONNX {kind}"):
             program = torch.onnx.export(
-                module, (as_tensor(example),), dynamo=True, verbose=False,
-                input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
-                dynamic_shapes=({0: torch.export.Dim.DYNAMIC},))
+                module, tuple(tensors), dynamo=True, verbose=False,
+                input_names=input_names[:len(tensors)],
+                output_names=[spec.name for spec in ctx.outputs] or ["output"],
+                dynamic_shapes=tuple({0: torch.export.Dim.DYNAMIC} for _ in tensors))
     except EXPORT_ERRORS as exc:
         raise BackendUnavailableError(
             f"ONNX {kind} export failed: {first_line(exc)}\n{log_tail(log)}\n(full log: {log}); "

@@ -10,19 +10,21 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING
 
-import numpy as np
 import torch
 
 from compressor.backends.torch.env import import_pt2e, xnnpack_quantizer
 from compressor.backends.torch.load import clone_module
 from compressor.backends.torch.prune import apply_masks, kernel_parameters, zero_masks
-from compressor.backends.torch.train import as_tensor, fine_tune, graph_has_op, is_exported, set_mode
+from compressor.backends.torch.io import as_tensors, exportable
+from compressor.backends.torch.train import fine_tune, graph_has_op, is_exported, set_mode
 from compressor.backends.training_data import calibration_samples, training_inputs
+from compressor.tensors import take
 from compressor.errors import BackendUnavailableError, first_line
 from compressor.steps import DistillConfig, PruneConfig
 
 if TYPE_CHECKING:
     from compressor.context import Context, ModelState
+    from compressor.tensors import Arrays
     from compressor.steps import QuantizeConfig
 
 EXAMPLE_ROWS = 2          # torch.export specializes a batch of 1; 2 keeps the batch dynamic
@@ -34,7 +36,8 @@ def qat_model(state: ModelState, config: QuantizeConfig, ctx: Context) -> torch.
     teacher's KD loss after a distill step); pruned zeros stay zero after a prune step."""
     description = "int8 quantization-aware training"
     x, _ = training_inputs(ctx, description)
-    exported = exported_for_quantization(clone_module(state.model), as_tensor(x[:EXAMPLE_ROWS]))
+    exported = exported_for_quantization(clone_module(state.model),
+                                         take(x, slice(0, EXAMPLE_ROWS)), ctx)
     # BatchNorm is folded into its conv first, so QAT fine-tunes with frozen BN statistics (a
     # common QAT practice). torchao's alternative, conv-BN QAT patterns, traces dozens of
     # pattern graphs in prepare and again in every convert: ~1.5 min per convert for a tiny
@@ -64,7 +67,8 @@ def ptq_model(state: ModelState, config: QuantizeConfig, ctx: Context) -> torch.
     """A prepared copy of the model whose observers saw `config.calibration_samples` inputs;
     the modules named in `state.float_layers` are left unannotated, so they stay float."""
     samples = calibration_samples(ctx, config.calibration_samples)
-    exported = exported_for_quantization(clone_module(state.model), as_tensor(samples[:EXAMPLE_ROWS]))
+    exported = exported_for_quantization(clone_module(state.model),
+                                         take(samples, slice(0, EXAMPLE_ROWS)), ctx)
     quantizer = xnnpack_quantizer(is_qat=False)
     for name in state.float_layers:
         # set_module_name(name, None) asserts in torchao 0.18, but a None entry is what the
@@ -105,12 +109,18 @@ def is_prepared(model: torch.nn.Module) -> bool:
     return any(isinstance(m, (ObserverBase, FakeQuantizeBase)) for m in model.modules())
 
 
-def exported_for_quantization(model: torch.nn.Module, example: torch.Tensor) -> torch.fx.GraphModule:
-    """The eval-mode graph (BatchNorm with running statistics, no dropout), batch dynamic."""
+def exported_for_quantization(model: torch.nn.Module, example: Arrays,
+                              ctx: Context) -> torch.fx.GraphModule:
+    """The eval-mode graph (BatchNorm with running statistics, no dropout), batch dynamic;
+    inputs named and ordered as the original model's, outputs a flat tuple."""
     set_mode(model, training=False)
+    names = [spec.name for spec in ctx.inputs] or None
+    tensors = as_tensors(model, example, names)
+    module = exportable(model, tensors, names or ["input"])
     try:
         program = torch.export.export(
-            model, (example,), dynamic_shapes=({0: torch.export.Dim.DYNAMIC},))
+            module, tuple(tensors), dynamic_shapes=tuple({0: torch.export.Dim.DYNAMIC}
+                                                         for _ in tensors))
     except (RuntimeError, TypeError, ValueError) as exc:
         raise BackendUnavailableError(
             f"torch.export cannot capture {type(model).__name__} for int8 quantization "
@@ -126,10 +136,10 @@ def _fuse_conv_bn_(graph: torch.fx.GraphModule) -> None:
     fuse(graph)
 
 
-def calibrate(prepared: torch.fx.GraphModule, samples: np.ndarray, ctx: Context) -> None:
+def calibrate(prepared: torch.fx.GraphModule, samples: Arrays, ctx: Context) -> None:
     set_mode(prepared, training=False)
-    inputs = as_tensor(samples)
-    with ctx.progress.task("calibrating int8", len(inputs)) as advance, torch.no_grad():
-        for batch in inputs.split(CALIBRATION_BATCH):
-            prepared(batch)
-            advance(len(batch))
+    inputs = as_tensors(prepared, samples, [spec.name for spec in ctx.inputs] or None)
+    with ctx.progress.task("calibrating int8", len(inputs[0])) as advance, torch.no_grad():
+        for batch in zip(*(t.split(CALIBRATION_BATCH) for t in inputs)):
+            prepared(*batch)
+            advance(len(batch[0]))

@@ -19,22 +19,26 @@ import numpy as np
 
 from compressor.backends.torch.env import import_litert_torch
 from compressor.backends.torch.quant import converted
-from compressor.backends.torch.train import as_tensor, set_mode
+from compressor.backends.torch.io import as_tensors, exportable
+from compressor.backends.torch.train import set_mode
+from compressor.tensors import take
 from compressor.errors import BackendUnavailableError, first_line
-from compressor.export.tflite import float16_weights
+from compressor.export.tflite import float16_weights, renamed_signature
 from compressor.quiet import captured_native_output, log_tail
 from compressor.steps import PrecisionConfig, QuantizeConfig
 
 if TYPE_CHECKING:
     from compressor.context import Context, ModelState
+    from compressor.tensors import Arrays
 
 CONVERT_ERRORS = (RuntimeError, TypeError, ValueError, NotImplementedError, KeyError,
                   AttributeError, IndexError)
 
 
-def tflite_from_torch(state: ModelState, path: Path, ctx: Context, example: np.ndarray) -> Path:
+def tflite_from_torch(state: ModelState, path: Path, ctx: Context, example: Arrays) -> Path:
     import_litert_torch()
-    sample = (as_tensor(example[:1]),)
+    names = [spec.name for spec in ctx.inputs] or ["input"]
+    sample = tuple(as_tensors(state.model, take(example, slice(0, 1)), names))
     log = Path(ctx.workdir) / "logs" / "tflite-convert.log"
     quantize, precision = state.last(QuantizeConfig), state.last(PrecisionConfig)
     if quantize is not None:
@@ -49,8 +53,9 @@ def tflite_from_torch(state: ModelState, path: Path, ctx: Context, example: np.n
     else:
         set_mode(state.model, training=False)
         config, kind = (_float16_config(precision), "float16") if precision else (None, "float32")
-        content = _convert(state.model, sample, config, log, kind)
-    path.write_bytes(content)
+        content = _convert(exportable(state.model, list(sample), names), sample, config, log, kind)
+    path.write_bytes(renamed_signature(content, names[:len(sample)],
+                                       [spec.name for spec in ctx.outputs] or ["output"]))
     return path
 
 
@@ -123,7 +128,8 @@ def _require_float_io(content: bytes) -> None:
 
     interpreter = Interpreter(model_content=content)
     details = interpreter.get_input_details() + interpreter.get_output_details()
-    not_float = [d["name"] for d in details if d["dtype"] != np.float32]
+    # integer ids and masks stay integers; only quantized (int8 / uint8) I/O is refused
+    not_float = [d["name"] for d in details if d["dtype"] in (np.int8, np.uint8)]
     if not_float:
         raise BackendUnavailableError(
             f"the int8 TFLite has non-float32 inputs/outputs ({', '.join(not_float)}) although "

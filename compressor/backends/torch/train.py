@@ -7,13 +7,14 @@ deterministic under `ctx.seed`: torch's global seed and a seeded generator for s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from collections.abc import Callable
 
 import numpy as np
 import torch
 
 from compressor.backends.torch.env import configure_environment
+from compressor.backends.torch.io import as_tensors, selected_output
 from compressor.backends.training_data import training_inputs
 from compressor.errors import DataError, RecipeError
 
@@ -33,22 +34,6 @@ class TrainingSetup:
     loader: torch.utils.data.DataLoader
     optimizer: torch.optim.Optimizer
     loss: Callable[..., torch.Tensor]   # loss(outputs, *targets), targets as the loader yields them
-
-
-def as_tensor(x: np.ndarray) -> torch.Tensor:
-    """Float inputs as float32, integer inputs (token ids) as int64, as torch models expect."""
-    x = np.asarray(x)
-    dtype = np.float32 if np.issubdtype(x.dtype, np.floating) else np.int64
-    return torch.from_numpy(np.ascontiguousarray(x, dtype=dtype))
-
-
-def first_output(outputs: Any) -> torch.Tensor:
-    """Models may return a tuple / list / dict; the first entry is the prediction."""
-    if isinstance(outputs, dict):
-        return next(iter(outputs.values()))
-    if isinstance(outputs, (tuple, list)):
-        return outputs[0]
-    return outputs
 
 
 def is_exported(model: torch.nn.Module) -> bool:
@@ -90,15 +75,17 @@ def fine_tune(model: torch.nn.Module, config: TrainingConfig, ctx: Context, desc
     """
     x, y = training_inputs(ctx, description)
     torch.manual_seed(ctx.seed)
-    setup = training_setup(model, x, y, config, ctx, distill)
+    inputs = as_tensors(model, x, [spec.name for spec in ctx.inputs] or None)
+    setup = training_setup(model, inputs, y, config, ctx, distill)
     total = len(setup.loader) * config.epochs
     step = 0
     set_mode(setup.model, training=True)
     with ctx.progress.task(description, total) as advance:
         for _ in range(config.epochs):
-            for inputs, *targets in setup.loader:
+            for batch in setup.loader:
                 setup.optimizer.zero_grad(set_to_none=True)
-                loss = setup.loss(first_output(setup.model(inputs)), *targets)
+                outputs = setup.model(*batch[:len(inputs)])
+                loss = setup.loss(selected_output(outputs, ctx.output_index), *batch[len(inputs):])
                 loss.backward()
                 setup.optimizer.step()
                 step += 1
@@ -109,16 +96,16 @@ def fine_tune(model: torch.nn.Module, config: TrainingConfig, ctx: Context, desc
     return model
 
 
-def training_setup(model: torch.nn.Module, x: np.ndarray, y: np.ndarray | None,
+def training_setup(model: torch.nn.Module, inputs: list[torch.Tensor], y: np.ndarray | None,
                    config: TrainingConfig, ctx: Context,
                    distill: DistillConfig | None = None) -> TrainingSetup:
     """Model, loader, optimizer and loss, created together (the place for DDP wrappers)."""
-    inputs = as_tensor(x)
-    targets, loss = (_distillation_targets_and_loss(model, inputs, y, distill, ctx.teacher)
-                     if distill is not None else _targets_and_loss(model, inputs, y))
+    read = Outputs(ctx.output_index)
+    targets, loss = (_distillation_targets_and_loss(model, inputs, y, distill, ctx.teacher, read)
+                     if distill is not None else _targets_and_loss(model, inputs, y, read))
     generator = torch.Generator().manual_seed(ctx.seed)
-    # One dataset of (inputs, *targets): shuffling keeps labels and teacher logits aligned.
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(inputs, *targets),
+    # One dataset of (*inputs, *targets): shuffling keeps labels and teacher logits aligned.
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(*inputs, *targets),
                                          batch_size=config.batch_size, shuffle=True,
                                          generator=generator)
     trainable = [p for p in model.parameters() if p.requires_grad]
@@ -129,15 +116,30 @@ def training_setup(model: torch.nn.Module, x: np.ndarray, y: np.ndarray | None,
     return TrainingSetup(model=model, loader=loader, optimizer=optimizer, loss=loss)
 
 
-def _targets_and_loss(model: torch.nn.Module, inputs: torch.Tensor, y: np.ndarray | None):
+@dataclass(frozen=True)
+class Outputs:
+    """Runs a model on lists of input tensors and reads the output losses train on."""
+
+    index: int = 0
+
+    def of(self, model: torch.nn.Module, inputs: list[torch.Tensor]) -> torch.Tensor:
+        """The selected output for every row, in batches, without gradients."""
+        with torch.no_grad():
+            return torch.cat([selected_output(model(*batch), self.index).detach()
+                              for batch in zip(*(t.split(256) for t in inputs))])
+
+    def probe(self, model: torch.nn.Module, inputs: list[torch.Tensor]) -> torch.Tensor:
+        with torch.no_grad():
+            return selected_output(model(*(t[:PROBE_SAMPLES] for t in inputs)), self.index)
+
+
+def _targets_and_loss(model: torch.nn.Module, inputs: list[torch.Tensor], y: np.ndarray | None,
+                      read: Outputs):
     set_mode(model, training=False)
     if y is None:
-        with torch.no_grad():
-            reference = torch.cat([first_output(model(batch)).detach()
-                                   for batch in inputs.split(256)])
-        return (reference,), torch.nn.functional.mse_loss
+        return (read.of(model, inputs),), torch.nn.functional.mse_loss
     labels = torch.from_numpy(np.asarray(y, dtype=np.int64))
-    if _outputs_probabilities(model, inputs):
+    if _outputs_probabilities(read.probe(model, inputs)):
         return (labels,), lambda probs, target: torch.nn.functional.nll_loss(
             torch.log(probs.clamp_min(1e-12)), target)
     return (labels,), torch.nn.functional.cross_entropy
@@ -173,36 +175,33 @@ def distillation_loss(config: DistillConfig, hard_loss: Callable | None,
     return loss
 
 
-def teacher_logits(teacher: torch.nn.Module, inputs: torch.Tensor) -> torch.Tensor:
+def teacher_logits(teacher: torch.nn.Module, inputs: list[torch.Tensor],
+                   read: Outputs = Outputs()) -> torch.Tensor:
     """The frozen teacher's logits for `inputs`, once, in inference mode (log of probabilities)."""
     if teacher is None:
         raise RecipeError("distillation needs a teacher model; pass --teacher MODEL "
                           "(or teacher=... in Python)")
     set_mode(teacher, training=False)
-    with torch.no_grad():
-        logits = torch.cat([first_output(teacher(batch)).detach().float()
-                            for batch in inputs.split(256)])
-    if _outputs_probabilities(teacher, inputs):
+    logits = read.of(teacher, inputs).float()
+    if _outputs_probabilities(read.probe(teacher, inputs)):
         return torch.log(logits.clamp_min(1e-12))
     return logits
 
 
-def _distillation_targets_and_loss(model: torch.nn.Module, inputs: torch.Tensor,
+def _distillation_targets_and_loss(model: torch.nn.Module, inputs: list[torch.Tensor],
                                    y: np.ndarray | None, config: DistillConfig,
-                                   teacher: torch.nn.Module):
-    soft = teacher_logits(teacher, inputs)
+                                   teacher: torch.nn.Module, read: Outputs):
+    soft = teacher_logits(teacher, inputs, read)
     set_mode(model, training=False)
-    student_probabilities = _outputs_probabilities(model, inputs)
+    student_probabilities = _outputs_probabilities(read.probe(model, inputs))
     if y is None:
         return (soft,), distillation_loss(config, None, student_probabilities)
-    (labels,), hard_loss = _targets_and_loss(model, inputs, y)
+    (labels,), hard_loss = _targets_and_loss(model, inputs, y, read)
     return (labels, soft), distillation_loss(config, hard_loss, student_probabilities)
 
 
-def _outputs_probabilities(model: torch.nn.Module, inputs: torch.Tensor) -> bool:
+def _outputs_probabilities(out: torch.Tensor) -> bool:
     """True when the model ends in a softmax: outputs in [0, 1] whose rows sum to 1."""
-    with torch.no_grad():
-        out = first_output(model(inputs[:PROBE_SAMPLES]))
     if out.ndim < 2 or out.shape[1] < 2:
         return False
     return bool(out.min() >= 0 and out.max() <= 1

@@ -19,16 +19,17 @@ from compressor.backends.torch.prune import (ScheduledMasks, SparsitySchedule, a
                                              zero_masks)
 from compressor.backends.torch.quant import preserves_zeros, qat_model
 from compressor.backends.training_data import steps_per_epoch
+from compressor.backends.torch.io import as_tensors, selected_output
 from compressor.backends.torch.train import (
     PROBE_SAMPLES,
+    Outputs,
     _distillation_targets_and_loss,
     _targets_and_loss,
-    as_tensor,
-    first_output,
     set_mode,
     teacher_logits,
 )
 from compressor.errors import UsageError
+from compressor.tensors import take
 from compressor.steps import DistillConfig
 
 if TYPE_CHECKING:
@@ -101,21 +102,24 @@ def _user_loss(model: torch.nn.Module, ctx: Context,
     """The backend's own loss, probed on a few samples: cross-entropy (NLL for softmax
     outputs) with labels, MSE to a given target without; plus the teacher's term."""
     x, y = ctx.data.train if ctx.data.train is not None else ctx.data.val
-    probe = as_tensor(np.asarray(x)[:PROBE_SAMPLES])
+    names = [spec.name for spec in ctx.inputs] or None
+    probe = as_tensors(model, take(x, slice(0, PROBE_SAMPLES)), names)
     labels = None if y is None else np.asarray(y)[:PROBE_SAMPLES]
+    read = Outputs(ctx.output_index)
     if distill is None:
-        _, task_loss = _targets_and_loss(model, probe, labels)
-        return lambda outputs, target, inputs=None: task_loss(first_output(outputs), target)
-    _, kd_loss = _distillation_targets_and_loss(model, probe, labels, distill, ctx.teacher)
+        _, task_loss = _targets_and_loss(model, probe, labels, read)
+        return lambda outputs, target, inputs=None: task_loss(
+            selected_output(outputs, ctx.output_index), target)
+    _, kd_loss = _distillation_targets_and_loss(model, probe, labels, distill, ctx.teacher, read)
 
     def loss(outputs: Any, target: Any, inputs: Any = None) -> torch.Tensor:
         if inputs is None:
             raise UsageError("while distilling, run.loss needs the batch's inputs for the "
                              "teacher: run.loss(outputs, target, inputs=x)")
-        outputs = first_output(outputs)
-        batch = inputs if torch.is_tensor(inputs) else as_tensor(inputs)
-        device = next(ctx.teacher.parameters(), batch).device   # the teacher stays where it is
-        teacher = teacher_logits(ctx.teacher, batch.to(device)).to(outputs.device)
+        outputs = selected_output(outputs, ctx.output_index)
+        batch = [inputs] if torch.is_tensor(inputs) else as_tensors(ctx.teacher, inputs, names)
+        device = next(ctx.teacher.parameters(), batch[0]).device   # the teacher stays where it is
+        teacher = teacher_logits(ctx.teacher, [t.to(device) for t in batch], read).to(outputs.device)
         targets = (teacher,) if labels is None else (target, teacher)
         return kd_loss(outputs, *targets)
 
