@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Union
 
 import numpy as np
 
 from compressor.errors import DataError
 
-Arrays = Union[np.ndarray, dict[str, np.ndarray]]
+Arrays = np.ndarray | dict[str, np.ndarray]
 
 
 @dataclass(frozen=True)
