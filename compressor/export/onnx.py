@@ -69,3 +69,15 @@ def require_dynamic_batch(proto: Any) -> None:
             raise BackendUnavailableError(f"the ONNX input {value.name!r} has a fixed batch size "
                                           f"{dims[0].dim_value}; give the model a None batch "
                                           "dimension (keras.Input(shape=...)) and export again")
+
+
+def renamed_io(proto: Any, names: dict[str, str]) -> None:
+    """Rename graph inputs / outputs (old -> new) everywhere they are used, in place."""
+    names = {old: new for old, new in names.items() if old != new}
+    if not names:
+        return
+    for value in (*proto.graph.input, *proto.graph.output):
+        value.name = names.get(value.name, value.name)
+    for node in proto.graph.node:
+        node.input[:] = [names.get(name, name) for name in node.input]
+        node.output[:] = [names.get(name, name) for name in node.output]

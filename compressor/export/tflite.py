@@ -87,26 +87,32 @@ def _opcode_index(model: Any, builtin: int, schema: Any) -> int:
     return len(model.operatorCodes) - 1
 
 
-def renamed_signature(content: bytes, input_names: list[str], output_names: list[str]) -> bytes:
-    """The model with its serving signature's inputs and outputs named `input_names` /
-    `output_names`, in order: converters name them `args_0`, `output_0`, ... (numbered in the
-    model's order), which a user's data and `validate.output` cannot refer to."""
+def renamed_signature(content: bytes, names: dict[str, str]) -> bytes:
+    """The model with its serving signature's entries renamed (old -> new): converters name
+    them `args_0`, `output_0`, `quant_dense`, ..., which a user's data and `validate.output`
+    cannot refer to."""
     from tensorflow.lite.tools import flatbuffer_utils
 
     model = flatbuffer_utils.read_model_from_bytearray(bytearray(content))
     if len(model.signatureDefs or []) != 1:
         return content
     signature = model.signatureDefs[0]
-    for entries, names in ((signature.inputs, input_names), (signature.outputs, output_names)):
-        if len(entries) != len(names):
-            return content
-        for entry, name in zip(sorted(entries, key=lambda e: _numbered(e.name)), names):
-            entry.name = name.encode() if isinstance(entry.name, bytes) else name
+    for entry in (*signature.inputs, *signature.outputs):
+        old = entry.name.decode() if isinstance(entry.name, bytes) else entry.name
+        entry.name = names.get(old, old).encode()
     return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
 
 
-def _numbered(name: bytes | str) -> tuple[int, str]:
-    """`args_10` after `args_9`: the number a converter gave the entry, then the name."""
-    text = name.decode() if isinstance(name, bytes) else name
-    stem, _, number = text.rpartition("_")
-    return (int(number), stem) if number.isdigit() else (-1, text)
+def signature_names(content: bytes) -> dict[str, str]:
+    """Tensor name -> serving-signature name of every input and output (`serving_default_x:0`
+    -> `x`), for converters that name graph I/O after the tensors."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=content)
+    signatures = interpreter._get_full_signature_list() or {}
+    if len(signatures) != 1:
+        return {}
+    tensor_names = {d["index"]: d["name"] for d in interpreter.get_tensor_details()}
+    signature = next(iter(signatures.values()))
+    return {tensor_names[index]: name for side in ("inputs", "outputs")
+            for name, index in signature[side].items() if index in tensor_names}

@@ -22,9 +22,10 @@ def input_specs(model: Any) -> tuple[TensorSpec, ...]:
 
 
 def output_names(model: Any) -> list[str]:
+    """In `model.outputs` order: a dict of outputs is flattened by sorted key (tf.nest)."""
     structure = getattr(model, "_nested_outputs", None)
     if isinstance(structure, dict):
-        return list(structure)
+        return sorted(structure)
     return list(model.output_names)
 
 
@@ -64,3 +65,11 @@ def predict(model: Any, x: Arrays, batch_size: int = 256) -> Arrays:
                                           training=False))
                for lo in range(0, rows(x), batch_size)]
     return concat(batches)
+
+
+def original_names(model: Any, ctx: Any) -> dict[str, str]:
+    """`model`'s input / output names -> the original model's (artifacts keep the original's:
+    tfmot renames wrapped output layers `quant_<name>`)."""
+    ours = [*model.input_names, *model.output_names]   # what converters name the I/O after
+    theirs = [spec.name for spec in (*ctx.inputs, *ctx.outputs)]
+    return dict(zip(ours, theirs)) if len(ours) == len(theirs) else {}

@@ -12,10 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compressor.backends.keras.env import import_tensorflow
+from compressor.backends.keras.io import original_names
 from compressor.backends.keras.tflite import ConversionCache, int8_tflite
 from compressor.errors import BackendUnavailableError, first_line
 from compressor.export.int8 import require_int8_kernels
-from compressor.export.onnx import float16_onnx, require_dynamic_batch, save_checked_onnx
+from compressor.export.onnx import (float16_onnx, renamed_io, require_dynamic_batch,
+                                    save_checked_onnx)
+from compressor.export.tflite import signature_names
 from compressor.quiet import captured_native_output, log_tail
 from compressor.steps import PrecisionConfig, QuantizeConfig
 
@@ -37,6 +40,7 @@ def onnx_from_keras(state: ModelState, path: Path, ctx: Context, cache: Conversi
             keep_float_kernels(proto, quantize.fallback_dtype)
     else:
         proto = _float_onnx(state.model, log)
+        renamed_io(proto, original_names(state.model, ctx))
         if precision is not None:
             proto = float16_onnx(proto, precision)
     require_dynamic_batch(proto)
@@ -55,14 +59,20 @@ def _float_onnx(model: Any, log: Path) -> Any:
 def _int8_onnx(state: ModelState, ctx: Context, cache: ConversionCache, log: Path) -> Any:
     tflite_path = Path(ctx.workdir) / "int8-float-io.tflite"
     tflite_path.parent.mkdir(parents=True, exist_ok=True)
-    tflite_path.write_bytes(int8_tflite(state, ctx, cache, io_dtype="float32"))
+    content = int8_tflite(state, ctx, cache, io_dtype="float32")
+    tflite_path.write_bytes(content)
     # The TFLite this ONNX is made from must compute in int8 too: a hybrid (float activation)
     # TFLite would still give int8 ONNX weights, which the ONNX read-back cannot tell apart.
     quantize = state.last(QuantizeConfig)
     require_int8_kernels(tflite_path, quantize.mode, len(state.float_layers))
     # Not `dequantize`: that would turn the int8 weights back into float32.
-    return _tf2onnx(log, "int8", lambda tf2onnx: tf2onnx.convert.from_tflite(
+    proto = _tf2onnx(log, "int8", lambda tf2onnx: tf2onnx.convert.from_tflite(
         str(tflite_path), opset=OPSET))
+    # the original Keras model's input / output names
+    renames = original_names(state.model, ctx)
+    renamed_io(proto, {tensor: renames.get(name, name)
+                       for tensor, name in signature_names(content).items()})
+    return proto
 
 
 def _tf2onnx(log: Path, kind: str, convert) -> Any:

@@ -13,10 +13,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from compressor.backends.keras.env import import_tensorflow
+from compressor.backends.keras.io import original_names
 from compressor.backends.training_data import calibration_samples
 from compressor.errors import BackendUnavailableError, RecipeError, first_line
+from compressor.export.tflite import renamed_signature
 from compressor.quiet import captured_native_output, log_tail
 from compressor.steps import PrecisionConfig, QuantizeConfig
+from compressor.tensors import matched, rows
 
 if TYPE_CHECKING:
     from compressor.context import Context, ModelState
@@ -53,7 +56,7 @@ def tflite_from_keras(state: ModelState, path: Path, ctx: Context, cache: Conver
         content = _convert(state.model, ctx, "float16", _float16_settings(precision))
     else:
         content = _convert(state.model, ctx, "float32", lambda converter, tf: None)
-    path.write_bytes(content)
+    path.write_bytes(renamed_signature(content, original_names(state.model, ctx)))
     return path
 
 
@@ -69,8 +72,7 @@ def _int8_content(state: ModelState, quantize: QuantizeConfig, ctx: Context,
                   cache: ConversionCache, io_dtype: str) -> bytes:
     samples = None
     if quantize.mode == "ptq":
-        samples = calibration_samples(ctx, quantize.calibration_samples)
-        samples = samples.astype(state.model.inputs[0].dtype.as_numpy_dtype)
+        samples = calibration_inputs(state.model, ctx, quantize.calibration_samples)
 
     def configure(converter: Any, tf: Any) -> None:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
@@ -159,11 +161,21 @@ def _convert(model: Any, ctx: Context, kind: str, configure) -> bytes:
             "onnx only") from None
 
 
-def _representative_dataset(samples: np.ndarray, ctx: Context):
+def calibration_inputs(model: Any, ctx: Context, count: int) -> dict[str, np.ndarray]:
+    """`count` training inputs per model input name, each in that input's dtype."""
+    arrays = matched(calibration_samples(ctx, count), list(model.input_names))
+    return {name: array.astype(tensor.dtype.as_numpy_dtype)
+            for name, array, tensor in zip(model.input_names, arrays, model.inputs)}
+
+
+def _representative_dataset(samples: dict[str, np.ndarray], ctx: Context):
+    """One sample per step: a list for one input, a dict by signature name for several."""
     def batches():
-        with ctx.progress.task("calibrating int8", len(samples)) as advance:
-            for index in range(len(samples)):
-                yield [samples[index:index + 1]]
+        count = rows(samples)
+        with ctx.progress.task("calibrating int8", count) as advance:
+            for index in range(count):
+                one = {name: array[index:index + 1] for name, array in samples.items()}
+                yield list(one.values()) if len(one) == 1 else one
                 advance(1)
 
     return batches

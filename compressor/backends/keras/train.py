@@ -6,13 +6,16 @@ tf.distribute strategy scope can wrap all three without touching the passes.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from compressor.backends.keras.env import import_tensorflow, import_tf_keras
+from compressor.backends.keras.io import output_names, predict
 from compressor.backends.training_data import steps_per_epoch, training_inputs
 from compressor.errors import RecipeError
+from compressor.tensors import Arrays, is_named, matched, output_list, rows, take
 
 if TYPE_CHECKING:
     from compressor.context import Context
@@ -35,10 +38,18 @@ def fine_tune(build_model: Callable[[], Any], reference: Any, config: TrainingCo
     if config.epochs == 0:
         return build_model()
     x, y = training_inputs(ctx, description)
+    x = _keyed_by_input(reference, x)
     tf_keras.utils.set_random_seed(ctx.seed)
-    targets, loss = (_distillation_targets_and_loss(reference, x, y, distill, ctx.teacher)
-                     if distill is not None else _targets_and_loss(reference, x, y, tf_keras))
+    read = Outputs(ctx.output_index)
+    targets, loss = (_distillation_targets_and_loss(reference, x, y, distill, ctx.teacher, read)
+                     if distill is not None else _targets_and_loss(reference, x, y, tf_keras, read))
     model = build_model()
+    # Several outputs: the loss and its targets go to the output the metric reads only.
+    names = output_names(model)
+    if len(names) > 1:
+        chosen = names[read.index]
+        loss = {name: (loss if name == chosen else None) for name in names}
+        targets = {chosen: targets}
     dataset = _shuffled_batches(x, targets, config.batch_size, ctx.seed)
     model.compile(optimizer=tf_keras.optimizers.Adam(config.lr or DEFAULT_LR), loss=loss)
     total = steps_per_epoch(ctx, config, description) * config.epochs
@@ -48,22 +59,39 @@ def fine_tune(build_model: Callable[[], Any], reference: Any, config: TrainingCo
     return model
 
 
-def outputs_probabilities(model: Any, x: np.ndarray) -> bool:
+@dataclass(frozen=True)
+class Outputs:
+    """Reads the output losses train on (`validate.output`; the first by default)."""
+
+    index: int = 0
+
+    def of(self, model: Any, x: Arrays) -> np.ndarray:
+        return output_list(predict(model, x))[self.index]
+
+    def probe(self, model: Any, x: Arrays) -> np.ndarray:
+        return self.of(model, take(x, slice(0, PROBE_SAMPLES)))
+
+
+def _keyed_by_input(model: Any, x: Arrays) -> Arrays:
+    """Several inputs keyed by the model's input names (the data may name them otherwise)."""
+    if not is_named(x):
+        return x
+    return dict(zip(model.input_names, matched(x, list(model.input_names))))
+
+
+def outputs_probabilities(out: np.ndarray) -> bool:
     """True when the model ends in a softmax: outputs in [0, 1] whose rows sum to 1."""
-    out = model(x[:PROBE_SAMPLES], training=False)
-    out = np.asarray(out[0] if isinstance(out, (list, tuple)) else out)
     if out.ndim < 2 or out.shape[-1] < 2:
         return False
     return bool(out.min() >= 0.0 and out.max() <= 1.0
                 and np.allclose(out.sum(axis=-1), 1.0, atol=1e-3))
 
 
-def _targets_and_loss(reference: Any, x: np.ndarray, y: np.ndarray | None, tf_keras: Any):
+def _targets_and_loss(reference: Any, x: Arrays, y: np.ndarray | None, tf_keras: Any,
+                      read: Outputs):
     if y is None:
-        targets = np.concatenate([np.asarray(reference(x[i:i + 256], training=False))
-                                  for i in range(0, len(x), 256)])
-        return targets, tf_keras.losses.MeanSquaredError()
-    from_logits = not outputs_probabilities(reference, x)
+        return read.of(reference, x), tf_keras.losses.MeanSquaredError()
+    from_logits = not outputs_probabilities(read.probe(reference, x))
     return y, tf_keras.losses.SparseCategoricalCrossentropy(from_logits=from_logits)
 
 
@@ -97,26 +125,22 @@ def distillation_loss(config: DistillConfig, hard_loss: Callable | None,
     return loss
 
 
-def teacher_logits(teacher: Any, x: np.ndarray) -> np.ndarray:
+def teacher_logits(teacher: Any, x: Arrays, read: Outputs = Outputs()) -> np.ndarray:
     """The frozen teacher's logits for `x`, once, in inference mode (log of probabilities)."""
     if teacher is None:
         raise RecipeError("distillation needs a teacher model; pass --teacher MODEL "
                           "(or teacher=... in Python)")
-    outputs = []
-    for start in range(0, len(x), 256):
-        out = teacher(x[start:start + 256], training=False)
-        outputs.append(np.asarray(out[0] if isinstance(out, (list, tuple)) else out))
-    logits = np.concatenate(outputs).astype(np.float32)
-    if outputs_probabilities(teacher, x):
+    logits = read.of(teacher, x).astype(np.float32)
+    if outputs_probabilities(read.probe(teacher, x)):
         return np.log(np.maximum(logits, 1e-12))
     return logits
 
 
-def _distillation_targets_and_loss(reference: Any, x: np.ndarray, y: np.ndarray | None,
-                                   config: DistillConfig, teacher: Any):
+def _distillation_targets_and_loss(reference: Any, x: Arrays, y: np.ndarray | None,
+                                   config: DistillConfig, teacher: Any, read: Outputs):
     tf_keras = import_tf_keras()
-    soft = teacher_logits(teacher, x)
-    student_probabilities = outputs_probabilities(reference, x)
+    soft = teacher_logits(teacher, x, read)
+    student_probabilities = outputs_probabilities(read.probe(reference, x))
     if y is None:
         return soft, distillation_loss(config, None, student_probabilities)
 
@@ -129,10 +153,10 @@ def _distillation_targets_and_loss(reference: Any, x: np.ndarray, y: np.ndarray 
             distillation_loss(config, hard_loss, student_probabilities))
 
 
-def _shuffled_batches(x: np.ndarray, targets: np.ndarray, batch_size: int, seed: int) -> Any:
+def _shuffled_batches(x: Arrays, targets: Any, batch_size: int, seed: int) -> Any:
     tf = import_tensorflow()
     dataset = tf.data.Dataset.from_tensor_slices((x, targets))
-    return dataset.shuffle(len(x), seed=seed, reshuffle_each_iteration=True).batch(batch_size)
+    return dataset.shuffle(rows(x), seed=seed, reshuffle_each_iteration=True).batch(batch_size)
 
 
 def _progress_callback(tf_keras: Any, advance: Callable[[int], None]) -> Any:

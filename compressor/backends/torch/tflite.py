@@ -54,8 +54,11 @@ def tflite_from_torch(state: ModelState, path: Path, ctx: Context, example: Arra
         set_mode(state.model, training=False)
         config, kind = (_float16_config(precision), "float16") if precision else (None, "float32")
         content = _convert(exportable(state.model, list(sample), names), sample, config, log, kind)
-    path.write_bytes(renamed_signature(content, names[:len(sample)],
-                                       [spec.name for spec in ctx.outputs] or ["output"]))
+    # litert-torch numbers the signature's entries args_0.. / output_0.. in the model's order
+    outputs = [spec.name for spec in ctx.outputs] or ["output"]
+    numbered = {**{f"args_{i}": name for i, name in enumerate(names[:len(sample)])},
+                **{f"output_{i}": name for i, name in enumerate(outputs)}}
+    path.write_bytes(renamed_signature(content, numbered))
     return path
 
 
