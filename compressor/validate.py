@@ -64,13 +64,25 @@ def evaluate_artifact(path, data, reference: np.ndarray, baseline: float,
     x_val, y_val = data.val
     outputs = runtime.predict(np.asarray(x_val))
     value = metric_value(metric, outputs, y_val, reference)
-    timing = runtime.latency_ms(np.asarray(x_val[:1])) if latency else {"p50": None, "p90": None}
+    timing = {"p50": None, "p90": None}
+    if latency:
+        from compressor.runtimes.latency import measure_latency
+
+        timing = measure_latency(path, _first_sample(x_val), runtime.threads)
     return {
         "format": info.format, "path": info.path.name,
         "size_bytes": info.size_bytes, "gzip_bytes": info.gzip_bytes, "sha256": info.sha256,
         "metric_value": value, "drop": drop(metric, baseline, value),
         "sparsity": info.sparsity, "weight_dtypes": info.weight_dtypes, "params": info.params,
         "latency_ms_p50": timing["p50"], "latency_ms_p90": timing["p90"],
-        "threads": runtime.threads, "runtime": runtime.name,
+        "threads": runtime.threads, "latency_threads": timing.get("threads"),
+        "runtime": runtime.name,
         "est_peak_memory_bytes": info.est_peak_memory_bytes,
     }
+
+
+def _first_sample(x):
+    """One sample of the validation inputs (an array, or a dict name -> array)."""
+    if isinstance(x, dict):
+        return {name: np.asarray(values)[:1] for name, values in x.items()}
+    return np.asarray(x)[:1]
