@@ -90,6 +90,26 @@ def speed_section(speed: dict, cpu: dict) -> list[str]:
                       "int8 / baseline int8"], rows) + notes)
 
 
+def zoo_section(zoo: dict, cpu: dict) -> list[str]:
+    rows = [[r["net"], r["framework"], r["runtime"], r["fp32_p50_ms"], r["int8_p50_ms"],
+             r["vendor_int8_p50_ms"], r["int8_vs_fp32"], r["int8_vs_vendor"], r["int8_accuracy"],
+             r["vendor_accuracy"]] for r in zoo.get("ratios", [])]
+    intro = ("ResNet-18-, MobileNetV2- and EfficientNet-B0-style nets, 64x64x3, random init "
+             "with BatchNorm statistics from the data (bench/zoo_nets.py, zoo_build.py); toolkit "
+             "`int8` recipe vs toolkit fp32 vs the vendor tool's int8 (onnxruntime "
+             "quantize_static QDQ per-channel on the toolkit's fp32 ONNX; TFLiteConverter full "
+             "int8 on the Keras model). Batch 1, 1 thread, one process per runtime timing all its "
+             "artifacts round-robin. Accuracy = top-1 agreement with the float model (256 "
+             "images).")
+    note = (f"- CPU int8 features: {', '.join(cpu.get('simd_flags', [])) or '?'}; no VNNI / AMX "
+            "int8 dot products, so int8 convs run on AVX2 (u8 x s8 pairs summed in 16 bits), "
+            "about 1.5-2.5x float throughput, and element-wise int8 ops (sigmoid, multiply) are "
+            "no faster than float.")
+    return (["## 5. Zoo (batch 1, p50 ms, 1 thread)", "", intro, ""]
+            + _table(["net", "origin", "runtime", "fp32", "int8", "vendor int8", "int8 / fp32",
+                      "int8 / vendor", "acc", "vendor acc"], rows) + [note, ""])
+
+
 def overhead_section(overhead: dict) -> list[str]:
     rows = [[f"{r['net']}/{r['framework']}", r["format"], r["repeats"], r["toolkit_wall_s"],
              r["baseline_wall_s"], r["wall_ratio"], r.get("toolkit_cpu_s"), r.get("baseline_cpu_s"),
@@ -149,7 +169,8 @@ def render(results: dict) -> str:
     lines += targets_section(results)
     cases = results.get("cases", {})
     sections = {"size": size_section, "speed": lambda case: speed_section(case, cpu),
-                "overhead": overhead_section, "scaling": scaling_section}
+                "overhead": overhead_section, "scaling": scaling_section,
+                "zoo": lambda case: zoo_section(case, cpu)}
     for key, section in sections.items():
         if key in cases:
             lines += section(cases[key])

@@ -42,6 +42,9 @@ def build_report(session: Session, rows: list[dict[str, Any]], verdict: dict[str
                      "size_bytes": session.info.size_bytes, "params": session.info.params},
         "teacher": session.teacher_entry,
         "artifacts": rows,
+        # batch-1 latency is timed in a fresh process per artifact with this many threads
+        "latency_threads": next((row.get("latency_threads") for row in rows
+                                 if row.get("latency_threads")), None),
         "gate": {"max_drop": validation.max_drop, "min_fidelity": validation.min_fidelity,
                  "passed": verdict["gate_passed"]},
         "passed": verdict["gate_passed"] and verdict["fits"],
@@ -92,7 +95,10 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines += ["", f"Timings: {timings}", "",
               "Sizes, dtypes and sparsity are read back from the artifact files; metrics and "
               "latency are measured by running them in their runtimes "
-              f"({', '.join(sorted({a['runtime'] for a in report['artifacts']}))}).", ""]
+              f"({', '.join(sorted({a['runtime'] for a in report['artifacts']}))})"
+              + (f"; p50 is batch-1 latency with {report['latency_threads']} thread(s), timed "
+                 "in a fresh process that loads only the runtime"
+                 if report.get("latency_threads") else "") + ".", ""]
     return "\n".join(lines)
 
 

@@ -69,13 +69,18 @@ def evaluate_artifact(path, data, reference: np.ndarray, baseline: float,
     x_val, y_val = data.val
     outputs = runtime.predict(x_val)
     value = metric_value(metric, outputs, y_val, reference, config.output)
-    timing = runtime.latency_ms(take(x_val, slice(0, 1))) if latency else {"p50": None, "p90": None}
+    timing = {"p50": None, "p90": None}
+    if latency:
+        from compressor.runtimes.latency import measure_latency
+
+        timing = measure_latency(path, take(x_val, slice(0, 1)), runtime.threads)
     return {
         "format": info.format, "path": info.path.name,
         "size_bytes": info.size_bytes, "gzip_bytes": info.gzip_bytes, "sha256": info.sha256,
         "metric_value": value, "drop": drop(metric, baseline, value),
         "sparsity": info.sparsity, "weight_dtypes": info.weight_dtypes, "params": info.params,
         "latency_ms_p50": timing["p50"], "latency_ms_p90": timing["p90"],
-        "threads": runtime.threads, "runtime": runtime.name,
+        "threads": runtime.threads, "latency_threads": timing.get("threads"),
+        "runtime": runtime.name,
         "est_peak_memory_bytes": info.est_peak_memory_bytes,
     }

@@ -53,3 +53,27 @@ def export_both(backend, state, ctx, folder: Path) -> dict[str, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     return {fmt: backend.export(state, fmt, folder / f"model.{fmt}", ctx)
             for fmt in ("tflite", "onnx")}
+
+
+FLOAT_KERNEL_OPS = ("Conv", "MatMul", "Gemm", "FusedConv", "FusedGemm", "FusedMatMul")
+INT8_KERNEL_OPS = ("QLinearConv", "QLinearMatMul", "QGemm", "ConvInteger", "MatMulInteger")
+
+
+def onnxruntime_graph(path: Path, tmp: Path) -> tuple[dict[str, int], int]:
+    """The graph onnxruntime runs (ORT_ENABLE_EXTENDED, the level without layout-specific
+    rewrites): op counts, and how many QuantizeLinear read a DequantizeLinear (a wasted
+    dequantize-requantize chain)."""
+    from collections import Counter
+
+    import onnx
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    options.optimized_model_filepath = str(tmp / f"{path.stem}.ort-optimized.onnx")
+    ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    graph = onnx.load(options.optimized_model_filepath).graph
+    producers = {out: node.op_type for node in graph.node for out in node.output}
+    requantized = sum(node.op_type == "QuantizeLinear"
+                      and producers.get(node.input[0]) == "DequantizeLinear" for node in graph.node)
+    return dict(Counter(node.op_type for node in graph.node)), requantized

@@ -29,8 +29,8 @@ class KerasBackend:
     def __init__(self) -> None:
         from compressor.backends.keras.tflite import ConversionCache
 
-        # The int8 ONNX is made from the int8 TFLite, and the fallback search re-quantizes
-        # one calibrated model many times: conversions are kept per model object.
+        # The fallback search re-quantizes one calibrated model many times: TFLite
+        # conversions are kept per model object.
         self.conversions = ConversionCache()
 
     def load(self, source: Any, *, weights: str | None = None, trust_pickle: bool = False) -> Any:
@@ -96,7 +96,7 @@ class KerasBackend:
         if fmt == "onnx":
             from compressor.backends.keras.onnx import onnx_from_keras
 
-            return onnx_from_keras(state, path, ctx, self.conversions)
+            return onnx_from_keras(state, path, ctx)
         raise BackendUnavailableError(f"cannot export to {fmt!r}; the formats are "
                                       f"{', '.join(FORMATS)}")
 

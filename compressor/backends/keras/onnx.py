@@ -2,9 +2,11 @@
 
 - float32: tf2onnx straight from the Keras model.
 - float16: the float32 graph converted by onnxconverter-common, float32 I/O kept by default.
-- int8: tf2onnx's TFLite front end on the full-int8, float-I/O TFLite. Converting the QAT
-  Keras model instead keeps float32 weights behind Q/DQ nodes, which is not an int8 model;
-  from the TFLite, conv / dense weights become int8 initializers (a QDQ model).
+- int8: the float model (ptq) or the QAT model's float layers with their trained weights
+  (qat) through tf2onnx as float32, then onnxruntime's static QDQ quantizer on our
+  calibration samples (export/onnx_int8.py): Q/DQ only where onnxruntime fuses them into
+  int8 kernels. (tf2onnx on the int8 TFLite gave DequantizeLinear -> QuantizeLinear chains
+  around most ops, up to 4x slower than float; on the QAT model it keeps float weights.)
 """
 from __future__ import annotations
 
@@ -13,12 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from compressor.backends.keras.env import import_tensorflow
 from compressor.backends.keras.io import original_names
-from compressor.backends.keras.tflite import ConversionCache, int8_tflite
 from compressor.errors import BackendUnavailableError, first_line
-from compressor.export.int8 import require_int8_kernels
 from compressor.export.onnx import (float16_onnx, renamed_io, require_dynamic_batch,
                                     save_checked_onnx)
-from compressor.export.tflite import signature_names
 from compressor.quiet import captured_native_output, log_tail
 from compressor.steps import PrecisionConfig, QuantizeConfig
 
@@ -29,15 +28,11 @@ OPSET = 17
 STANDARD_DOMAINS = ("", "ai.onnx", "com.microsoft")
 
 
-def onnx_from_keras(state: ModelState, path: Path, ctx: Context, cache: ConversionCache) -> Path:
+def onnx_from_keras(state: ModelState, path: Path, ctx: Context) -> Path:
     log = Path(ctx.workdir) / "logs" / "onnx-convert.log"
     quantize, precision = state.last(QuantizeConfig), state.last(PrecisionConfig)
     if quantize is not None:
-        proto = _int8_onnx(state, ctx, cache, log)
-        if state.float_layers:
-            from compressor.export.onnx_mixed import keep_float_kernels
-
-            keep_float_kernels(proto, quantize.fallback_dtype)
+        proto = _int8_onnx(state, quantize, ctx, log)
     else:
         proto = _float_onnx(state.model, log)
         renamed_io(proto, original_names(state.model, ctx))
@@ -56,23 +51,17 @@ def _float_onnx(model: Any, log: Path) -> Any:
         model, input_signature=signature, opset=OPSET))
 
 
-def _int8_onnx(state: ModelState, ctx: Context, cache: ConversionCache, log: Path) -> Any:
-    tflite_path = Path(ctx.workdir) / "int8-float-io.tflite"
-    tflite_path.parent.mkdir(parents=True, exist_ok=True)
-    content = int8_tflite(state, ctx, cache, io_dtype="float32")
-    tflite_path.write_bytes(content)
-    # The TFLite this ONNX is made from must compute in int8 too: a hybrid (float activation)
-    # TFLite would still give int8 ONNX weights, which the ONNX read-back cannot tell apart.
-    quantize = state.last(QuantizeConfig)
-    require_int8_kernels(tflite_path, quantize.mode, len(state.float_layers))
-    # Not `dequantize`: that would turn the int8 weights back into float32.
-    proto = _tf2onnx(log, "int8", lambda tf2onnx: tf2onnx.convert.from_tflite(
-        str(tflite_path), opset=OPSET))
-    # the original Keras model's input / output names
-    renames = original_names(state.model, ctx)
-    renamed_io(proto, {tensor: renames.get(name, name)
-                       for tensor, name in signature_names(content).items()})
-    return proto
+def _int8_onnx(state: ModelState, quantize: QuantizeConfig, ctx: Context, log: Path) -> Any:
+    from compressor.backends.keras.optimize import without_fake_quant
+    from compressor.backends.training_data import calibration_samples
+    from compressor.export.onnx_int8 import int8_onnx_from_float
+
+    model = without_fake_quant(state.model)
+    proto = _float_onnx(model, log)
+    renamed_io(proto, original_names(model, ctx))
+    samples = calibration_samples(ctx, quantize.calibration_samples)
+    return int8_onnx_from_float(proto, samples, state.float_layers, quantize.fallback_dtype,
+                                Path(ctx.workdir))
 
 
 def _tf2onnx(log: Path, kind: str, convert) -> Any:

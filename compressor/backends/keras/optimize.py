@@ -120,3 +120,40 @@ def _with_fake_quant(model: Any, preserve_sparsity: bool) -> Any:
             f"tfmot cannot add int8 quantization-aware training to this model ({first_line(exc)}); "
             "use quantize mode: ptq, which lets the converter quantize the layers it supports"
         ) from None
+
+
+def without_fake_quant(model: Any) -> Any:
+    """The float model inside a QAT model: each quantize wrapper replaced by the layer it
+    wraps, with the QAT-trained weights; input quantize layers become identities. A model
+    without tfmot quantization is returned as it is."""
+    tf_keras = import_tf_keras()
+    tfmot = import_tfmot()
+    quantize = tfmot.quantization.keras
+    wrappers = (quantize.QuantizeWrapper, quantize.QuantizeWrapperV2)
+    # Not in tfmot's public API; the layer quantize_apply puts after each model input.
+    from tensorflow_model_optimization.python.core.quantization.keras.quantize_layer import (
+        QuantizeLayer as input_quantizer,  # noqa: N813
+    )
+
+    if not any(isinstance(layer, (*wrappers, input_quantizer)) for layer in model.layers):
+        return model
+
+    def unwrap(layer: Any) -> Any:
+        if isinstance(layer, wrappers):
+            return layer.layer.__class__.from_config(layer.layer.get_config())
+        if isinstance(layer, input_quantizer):
+            return tf_keras.layers.Activation("linear", name=layer.name)
+        return layer.__class__.from_config(layer.get_config())
+
+    with quantize.quantize_scope():
+        plain = tf_keras.models.clone_model(model, clone_function=unwrap)
+    for old, new in zip(model.layers, plain.layers):
+        if isinstance(old, wrappers):
+            # The wrapper, not the inner layer, tracks the quantized kernel: match by name
+            # ('conv2d/kernel:0'); the wrapper's own range variables are left out.
+            trained = {w.name.split("/")[-1]: w.numpy() for w in old.weights
+                       if w.name.startswith(old.layer.name + "/")}
+            new.set_weights([trained[w.name.split("/")[-1]] for w in new.weights])
+        elif not isinstance(old, input_quantizer):   # its weights are the input's range
+            new.set_weights(old.get_weights())
+    return plain

@@ -30,8 +30,8 @@ ENTRIES_PER_MODEL = 4   # a fallback search converts many candidates: keep only 
 class ConversionCache:
     """Converted TFLite bytes per model object, held weakly so they go with the model.
 
-    The int8 ONNX is made from the int8 TFLite, and the quantize fallback re-quantizes one
-    calibrated model once per candidate: both reuse a conversion instead of repeating it.
+    The quantize fallback re-quantizes one calibrated model once per candidate: it reuses a
+    conversion instead of repeating it.
     """
 
     def __init__(self) -> None:
@@ -62,7 +62,7 @@ def tflite_from_keras(state: ModelState, path: Path, ctx: Context, cache: Conver
 
 def int8_tflite(state: ModelState, ctx: Context, cache: ConversionCache,
                 io_dtype: str = "float32") -> bytes:
-    """The full-int8 TFLite of a QAT or PTQ state (cached per model for the ONNX route)."""
+    """The full-int8 TFLite of a QAT or PTQ state (cached per model)."""
     quantize = state.last(QuantizeConfig)
     key = ("int8", quantize, io_dtype, state.float_layers)
     return cache.get(state.model, key, lambda: _int8_content(state, quantize, ctx, cache, io_dtype))

@@ -2,9 +2,11 @@
 
 - float32: the model as it is.
 - float16: the float32 graph through the shared onnxconverter-common helper (float32 I/O).
-- int8: the PT2E graph converted with folded weights, so conv / linear weights are int8
-  initializers behind DequantizeLinear (a QDQ model onnxruntime runs with int8 kernels).
-  A PT2E-converted model exports only with dynamo=True.
+- int8: the PT2E graph without its observers / fake-quant modules (calibrated or QAT-trained
+  float weights) exported as float32, then quantized by onnxruntime's static QDQ quantizer
+  on our calibration samples (export/onnx_int8.py): Q/DQ only where onnxruntime fuses them
+  into int8 kernels. (Exporting the converted PT2E graph gave Q/DQ chains around every op
+  that onnxruntime ran no faster than float.)
 """
 from __future__ import annotations
 
@@ -14,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from compressor.backends.torch.env import import_onnx
-from compressor.backends.torch.quant import converted
 from compressor.backends.torch.io import as_tensors, exportable
+from compressor.backends.torch.quant import float_graph
 from compressor.backends.torch.train import set_mode
 from compressor.errors import BackendUnavailableError, first_line
 from compressor.export.onnx import float16_onnx, save_checked_onnx
@@ -35,15 +37,19 @@ def onnx_from_torch(state: ModelState, path: Path, ctx: Context, example: Arrays
     log = Path(ctx.workdir) / "logs" / "onnx-export.log"
     quantize, precision = state.last(QuantizeConfig), state.last(PrecisionConfig)
     if quantize is not None:
-        module, kind = converted(state.model, fold_quantize=True), "int8"
+        module = float_graph(state.model)
     else:
-        module, kind = state.model, "float32"
+        module = state.model
         set_mode(module, training=False)
-    proto = _exported_proto(module, example, log, kind, ctx)
-    if quantize is not None and state.float_layers:
-        from compressor.export.onnx_mixed import keep_float_kernels
+    proto = _exported_proto(module, example, log, "float32", ctx)
+    if quantize is not None:
+        from compressor.backends.training_data import calibration_samples
+        from compressor.export.onnx_int8 import int8_onnx_from_float
 
-        keep_float_kernels(proto, quantize.fallback_dtype)
+        # Before stripping: float_layers match the module paths in the node metadata.
+        samples = calibration_samples(ctx, quantize.calibration_samples)
+        proto = int8_onnx_from_float(proto, samples, state.float_layers,
+                                     quantize.fallback_dtype, Path(ctx.workdir))
     if precision is not None and quantize is None:
         # Before stripping: `exclude` patterns match the module paths in the node metadata.
         proto = float16_onnx(proto, precision)

@@ -99,6 +99,25 @@ def converted(prepared: torch.fx.GraphModule, fold_quantize: bool = True) -> tor
     return result
 
 
+def float_graph(prepared: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of `prepared` without its observers / fake-quant modules: the float graph with
+    the calibrated or QAT-trained weights (BatchNorm already folded where QAT folded it), what
+    the int8 ONNX route quantizes with onnxruntime's tools."""
+    import_pt2e()
+    from torchao.quantization.pt2e import FakeQuantizeBase, ObserverBase
+
+    graph = clone_module(prepared)
+    set_mode(graph, training=False)
+    kinds = (ObserverBase, FakeQuantizeBase)
+    for node in list(graph.graph.nodes):
+        if node.op == "call_module" and isinstance(graph.get_submodule(node.target), kinds):
+            node.replace_all_uses_with(node.args[0])
+            graph.graph.erase_node(node)
+    graph.delete_all_unused_submodules()
+    graph.recompile()
+    return graph
+
+
 def is_prepared(model: torch.nn.Module) -> bool:
     """True for a PT2E graph with observers / fake-quant modules (the output of this module)."""
     if not is_exported(model):

@@ -1,0 +1,59 @@
+"""The int8 ONNX of both backends: the model's float32 ONNX, quantized by onnxruntime's own
+static QDQ quantizer with our calibration data (`quantize_onnx_static`).
+
+The backends hand over the float graph: for ptq the float model, for qat the QAT-trained
+weights without their fake-quant ops. Per-channel symmetric int8 is what QAT trained the
+weights for (the same grid, also after BatchNorm folding, which scales whole channels), and
+activation ranges are measured on the calibration data; a QAT model's accuracy survives
+(see tests/backends/test_backend_int8.py). Pruned zeros stay exact zeros (zero point 0).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from compressor.export.onnx import names_layer
+from compressor.kernel_ops import ONNX_KERNEL_INPUTS
+from compressor.tensors import matched
+
+CALIBRATION_BATCH = 32
+
+
+def int8_onnx_from_float(proto: Any, samples: np.ndarray | dict[str, np.ndarray],
+                         float_layers: Sequence[str], fallback_dtype: str, workdir: Path) -> Any:
+    """The static int8 QDQ model of the float32 `proto`, calibrated on `samples` (one array
+    for a single-input model, or input name -> array); the kernels of `float_layers` (layer
+    names / module paths, matched as precision `exclude` patterns are) stay float."""
+    import onnx
+
+    from compressor.export.onnx_quant import calibration_batches, quantize_onnx_static
+
+    folder = Path(workdir) / "onnx-int8"
+    folder.mkdir(parents=True, exist_ok=True)
+    source, target = folder / "float32.onnx", folder / "int8.onnx"
+    onnx.save(proto, str(source))
+    quantize_onnx_static(source, target, calibration_batches(_feeds(proto, samples),
+                                                             CALIBRATION_BATCH),
+                         exclude_nodes=float_kernel_names(proto, float_layers))
+    result = onnx.load(str(target))
+    if float_layers:
+        from compressor.export.onnx_mixed import keep_float_kernels
+
+        keep_float_kernels(result, fallback_dtype)
+    return result
+
+
+def float_kernel_names(proto: Any, float_layers: Sequence[str]) -> list[str]:
+    """Names of the conv / matmul / gemm nodes that belong to `float_layers`."""
+    return [node.name for node in proto.graph.node if node.op_type in ONNX_KERNEL_INPUTS
+            and any(names_layer(node, layer) for layer in float_layers)]
+
+
+def _feeds(proto: Any, samples: np.ndarray | dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The samples keyed by the graph's input names (matched by name, else by position)."""
+    initializers = {init.name for init in proto.graph.initializer}
+    names = [value.name for value in proto.graph.input if value.name not in initializers]
+    return dict(zip(names, matched(samples, names)))
