@@ -12,13 +12,14 @@ from compressor.errors import BackendUnavailableError, first_line
 def preprocessed(source: Path, target: Path) -> Path:
     """quant_pre_process: symbolic + ONNX shape inference and onnxruntime's basic graph
     optimizations (BatchNorm folded into its conv, constants folded). Symbolic shape
-    inference asserts on some ops (e.g. an LSTM with an unused output); ONNX's own shape
-    inference is then enough for quantization."""
+    inference asserts on some ops (e.g. an LSTM with an unused output) or gives up with a bare
+    Exception ("Incomplete symbolic shape inference"); ONNX's own shape inference is then
+    enough for quantization."""
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     try:
         quant_pre_process(str(source), str(target))
-    except (AssertionError, KeyError, TypeError, ValueError, IndexError, AttributeError):
+    except Exception:   # noqa: BLE001 - onnxruntime raises bare Exception here; retried below
         quantizing(lambda: quant_pre_process(str(source), str(target), skip_symbolic_shape=True),
                    "pre-processing")
     return target
