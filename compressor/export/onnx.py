@@ -24,9 +24,10 @@ def save_checked_onnx(proto: Any, path: Path, log: Path) -> Path:
 
 
 def float16_onnx(proto: Any, precision: Any) -> Any:
-    """float16 weights (onnxconverter-common), float32 I/O by default; nodes of `exclude`d
-    layers keep float32 weights."""
-    from onnxconverter_common import float16
+    """float16 weights (onnxruntime's transformer tools' converter, which unlike
+    onnxconverter-common 1.16 keeps Gather / Where chains of attention models type-consistent),
+    float32 I/O by default; nodes of `exclude`d layers keep float32 weights."""
+    from onnxruntime.transformers import float16
 
     matched = {pattern: [node.name for node in proto.graph.node if names_layer(node, pattern)]
                for pattern in precision.exclude}
@@ -39,7 +40,7 @@ def float16_onnx(proto: Any, precision: Any) -> Any:
     # Copies of the float32 weights before conversion, for the excluded layers (see below).
     originals = {init.name: copy.deepcopy(init) for init in proto.graph.initializer} \
         if blocked else {}
-    # onnxconverter-common keeps its default op block list (ops without float16 kernels) too.
+    # The converter keeps its default op block list (ops without float16 kernels) too.
     converted = float16.convert_float_to_float16(proto, keep_io_types=precision.keep_io_types,
                                                  node_block_list=blocked or None)
     if blocked:

@@ -9,8 +9,8 @@ import torch
 
 from compressor.backends.base import ModelInfo
 from compressor.backends.torch.quant import converted, is_prepared
-from compressor.backends.torch.io import (SINGLE_OUTPUT, as_tensors, flat_outputs, input_names,
-                                          named_numpy)
+from compressor.backends.torch.io import (SINGLE_OUTPUT, as_tensors, call, feed_names,
+                                          flat_outputs, input_names, named_numpy)
 from compressor.backends.torch.train import is_exported, set_mode
 from compressor.errors import DataError, first_line
 from compressor.tensors import (Arrays, TensorSpec, concat, is_integer, is_named, specs_of, take)
@@ -29,11 +29,12 @@ def predict(model: torch.nn.Module, x: Arrays, batch_size: int = 256) -> Arrays:
     # keep recording, and the converted graph is exactly what the artifacts compute.
     quantized = is_prepared(model)
     runnable = converted(model) if quantized else model
-    inputs = as_tensors(runnable, x)
+    names = feed_names(runnable, x)
+    inputs = as_tensors(runnable, x, names)
     batches = []
     with (torch.no_grad() if quantized else _inference(runnable)):
         for batch in zip(*(t.split(batch_size) for t in inputs)):
-            batches.append(named_numpy(flat_outputs(runnable(*batch))))
+            batches.append(named_numpy(flat_outputs(call(runnable, batch, names))))
     return concat(batches)
 
 

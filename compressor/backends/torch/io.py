@@ -53,6 +53,26 @@ def as_tensors(model: torch.nn.Module, x: Arrays,
     return [as_tensor(a) for a in matched(x, names)]
 
 
+def feed_names(model: torch.nn.Module, x: Arrays) -> list[str]:
+    """The names x's arrays are fed under: the data's own names for a module whose forward()
+    takes them, an exported graph's placeholders (in its order) otherwise."""
+    if not isinstance(x, Mapping):
+        return ["input"]
+    if not isinstance(model, torch.fx.GraphModule) and set(x) <= set(input_names(model)):
+        return list(x)
+    return input_names(model)[:len(x)]
+
+
+def call(model: torch.nn.Module, tensors: Sequence[torch.Tensor], names: Sequence[str]) -> Any:
+    """model(...) on tensors named `names`: by keyword when every name is a forward()
+    parameter (so optional ones in between, e.g. a BERT's attention_mask, may be left out),
+    else positionally (exported graphs, or data named otherwise)."""
+    if len(tensors) > 1 and not isinstance(model, torch.fx.GraphModule) \
+            and set(names) <= set(input_names(model)):
+        return model(**dict(zip(names, tensors)))
+    return model(*tensors)
+
+
 def flat_outputs(outputs: Any, prefix: str = "") -> list[tuple[str, torch.Tensor]]:
     """(name, tensor) for every tensor in the model's output structure, in order."""
     if isinstance(outputs, torch.Tensor):
@@ -94,7 +114,7 @@ class FlatIO(torch.nn.Module):
         self.model = model
 
         def forward(self: FlatIO, *inputs: torch.Tensor) -> Any:
-            flat = [tensor for _, tensor in flat_outputs(self.model(*inputs))]
+            flat = [tensor for _, tensor in flat_outputs(call(self.model, inputs, names))]
             return flat[0] if len(flat) == 1 else tuple(flat)
 
         positional = inspect.Parameter.POSITIONAL_OR_KEYWORD
@@ -110,7 +130,7 @@ def exportable(model: torch.nn.Module, example: list[torch.Tensor],
     plain model keeps its module names, which int8 fallback and pruning refer to)."""
     if len(example) == 1 and (isinstance(model, torch.fx.GraphModule) or _tensor_out(model, example)):
         return model
-    return FlatIO(model, names)
+    return FlatIO(model, list(names)[:len(example)])
 
 
 def _tensor_out(model: torch.nn.Module, example: list[torch.Tensor]) -> bool:
