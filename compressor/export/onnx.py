@@ -47,6 +47,9 @@ def float16_onnx(proto: Any, precision: Any) -> Any:
         from compressor.export.onnx_mixed import restore_float32_weights
 
         restore_float32_weights(converted, originals, set(blocked))
+    from onnxruntime.transformers.onnx_model import OnnxModel
+
+    OnnxModel(converted).topological_sort()   # the input Casts it adds come after their users
     return converted
 
 
