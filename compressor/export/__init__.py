@@ -3,6 +3,8 @@
 - onnx.py: checked saves, float16 conversion, layer-name matching on ONNX graphs.
 - onnx_mixed.py: float layers inside int8 / float16 ONNX graphs.
 - tflite.py: TFLite flatbuffer edits (float16 weights) and op-level dtype reads.
+- onnx_quant.py (+ onnx_prepare.py, onnx_weight_only.py): int8 ONNX from a float32 ONNX
+  with onnxruntime's quantization tools: static QDQ (calibrated), dynamic, weight-only.
 - int8.py: the read-back check that an "int8" artifact computes its kernels in int8.
 
 The framework-specific routes (TFLiteConverter, tf2onnx, torch.onnx, litert-torch) live in

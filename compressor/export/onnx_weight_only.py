@@ -1,0 +1,121 @@
+"""int8 weight storage in ONNX graphs that keep float compute: each float32 weight becomes a
+per-channel symmetric int8 initializer feeding a DequantizeLinear (zero point 0, so pruned
+zeros stay exact zeros).
+
+Covers Conv / ConvTranspose / MatMul / Gemm weights, Gather (embedding) tables (one scale
+per row) and LSTM / GRU / RNN W and R (one scale per gate row). Used whole by
+`quantize_onnx_weight_only`, and for the embedding tables after `quantize_onnx_dynamic`
+(onnxruntime's dynamic Gather would store them as uint8 with one scale for the table).
+"""
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Collection, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from compressor.errors import BackendUnavailableError
+
+WEIGHT_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "Gather", "LSTM", "GRU", "RNN")
+MIN_OPSET = 13   # per-axis DequantizeLinear
+
+
+def weight_only_int8(source: Path, target: Path, exclude_nodes: Sequence[str] = ()) -> None:
+    """The whole weight-only route, after constant folding (weights behind Transpose etc.)."""
+    import onnx
+
+    from compressor.export.onnx_prepare import preprocessed
+
+    with tempfile.TemporaryDirectory(prefix="onnx-quant-", dir=Path(target).parent) as tmp:
+        proto = onnx.load(str(preprocessed(Path(source), Path(tmp) / "prepared.onnx")))
+    store_int8_weights(proto, set(exclude_nodes), WEIGHT_OPS)
+    onnx.save(proto, str(target))
+
+
+def store_int8_weights(proto: Any, exclude_nodes: Collection[str],
+                       op_types: Collection[str]) -> int:
+    """Replace the float32 weights of `op_types` nodes (not in `exclude_nodes`) by int8 +
+    DequantizeLinear, in place; returns how many weights were replaced."""
+    from onnx import helper, numpy_helper
+
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset < MIN_OPSET:
+        raise BackendUnavailableError(f"int8 weights behind DequantizeLinear need ONNX opset "
+                                      f">= {MIN_OPSET}, the model has {opset}; export it with "
+                                      f"opset {MIN_OPSET} or later")
+    graph = proto.graph
+    initializers = {init.name: init for init in graph.initializer}
+    made: dict[tuple[str, int], str] = {}      # (weight, axis) -> dequantized tensor name
+    new_nodes: list[tuple[Any, Any]] = []      # (DequantizeLinear, the node it feeds)
+    for node in graph.node:
+        if node.op_type not in op_types or node.name in exclude_nodes:
+            continue
+        for index, axis in _weight_axes(node, initializers):
+            name = node.input[index]
+            if (name, axis) not in made:
+                values = numpy_helper.to_array(initializers[name])
+                quantized, scale = symmetric_int8(values, axis)
+                seen = any(weight == name for weight, _ in made)
+                base = f"{name}_int8_axis{axis}" if seen else f"{name}_int8"
+                graph.initializer.extend([numpy_helper.from_array(quantized, base),
+                                          numpy_helper.from_array(scale, f"{base}_scale")])
+                made[(name, axis)] = f"{base}_dequantized"
+                dequantize = helper.make_node("DequantizeLinear", [base, f"{base}_scale"],
+                                              [made[(name, axis)]], name=f"{base}_dequantize",
+                                              axis=axis)
+                new_nodes.append((dequantize, node))
+            node.input[index] = made[(name, axis)]
+    for dequantize, consumer in new_nodes:   # each right before its first reader: still sorted
+        graph.node.insert(list(graph.node).index(consumer), dequantize)
+    readers = {name for node in graph.node for name in node.input} | \
+        {value.name for value in graph.output}
+    for name in {weight for weight, _ in made}:
+        if name not in readers:
+            graph.initializer.remove(initializers[name])
+    return len(made)
+
+
+def symmetric_int8(values: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel (along `axis`) symmetric int8 in [-127, 127]; an all-zero channel gets
+    scale 1 so it stays zero."""
+    others = tuple(i for i in range(values.ndim) if i != axis)
+    peak = np.max(np.abs(values), axis=others).astype(np.float32)
+    scale = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
+    shape = [1] * values.ndim
+    shape[axis] = -1
+    quantized = np.clip(np.round(values / scale.reshape(shape)), -127, 127).astype(np.int8)
+    return quantized, scale
+
+
+def _weight_axes(node: Any, initializers: dict[str, Any]) -> list[tuple[int, int]]:
+    """(input index, channel axis) of each float32 constant weight of `node`."""
+    from onnx import TensorProto
+
+    def weight(index: int) -> Any:
+        name = node.input[index] if index < len(node.input) else ""
+        init = initializers.get(name)
+        ok = init is not None and init.data_type == TensorProto.FLOAT and len(init.dims) >= 2
+        return init if ok else None
+
+    attrs = {a.name: a for a in node.attribute}
+    found: list[tuple[int, int]] = []
+    if node.op_type == "Conv" and weight(1) is not None:
+        found.append((1, 0))
+    elif node.op_type == "ConvTranspose" and weight(1) is not None:
+        found.append((1, 1))
+    elif node.op_type == "MatMul":
+        if weight(1) is not None:
+            found.append((1, len(weight(1).dims) - 1))        # output columns
+        elif weight(0) is not None:
+            found.append((0, len(weight(0).dims) - 2))        # output rows
+    elif node.op_type == "Gemm" and weight(1) is not None:
+        found.append((1, 0 if "transB" in attrs and attrs["transB"].i else 1))
+    elif node.op_type == "Gather" and weight(0) is not None:
+        axis = attrs["axis"].i if "axis" in attrs else 0
+        found.append((0, axis % len(weight(0).dims)))
+    elif node.op_type in ("LSTM", "GRU", "RNN"):
+        found += [(index, 1) for index in (1, 2) if weight(index) is not None]
+    return found
+
