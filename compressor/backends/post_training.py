@@ -23,11 +23,10 @@ IMAGE_CHANNELS = (1, 3)
 
 def training_refused(backend_name: str, index: int, step: StepConfig) -> RecipeError:
     """The error for recipe step `index` (0-based) that trains, on a backend that cannot."""
-    kind = step.kind if step.kind != "quantize" else "quantize` (mode qat"
-    closing = ")" if step.kind == "quantize" else ""
-    return RecipeError(f"the {backend_name} backend does not train: step {index + 1} `{kind}`"
-                       f"{closing} fine-tunes the model and needs a Keras or PyTorch model; "
-                       f"{NO_TRAINING_FIX}")
+    mode = " (mode qat)" if step.kind == "quantize" else ""
+    return RecipeError(f"the {backend_name} backend does not train: step {index + 1} "
+                       f"`{step.kind}`{mode} fine-tunes the model and needs a Keras or PyTorch "
+                       f"model; {NO_TRAINING_FIX}")
 
 
 def image_layout_of(inputs: tuple[TensorSpec, ...], default: str) -> str:
