@@ -1,6 +1,6 @@
 """SavedModels without Keras metadata (`tf.saved_model.save`): a small digits CNN trained
 here, compressed to int8 TFLite (converter from the SavedModel) and int8 ONNX (tf2onnx,
-then onnxruntime's static quantization) through the CLI; training recipes refused."""
+then onnxruntime's static quantization); training recipes refused by the CLI."""
 from __future__ import annotations
 
 import hashlib
@@ -44,6 +44,7 @@ def saved_model(tmp_path_factory, keras_model) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_the_signature_is_the_model(saved_model, keras_model, data):
     backend = backend_for(str(saved_model))
     assert backend.name == "saved_model" and not backend.trains
@@ -57,26 +58,31 @@ def test_the_signature_is_the_model(saved_model, keras_model, data):
 
 
 @pytest.mark.slow
-def test_int8_cli_gives_int8_tflite_and_onnx_within_the_gate(cli, saved_model, tmp_path):
+def test_int8_gives_int8_tflite_and_onnx_within_the_gate(saved_model, tmp_path):
+    """In this process (TensorFlow is loaded already); the CLI path is the refusal below."""
+    import compressor as cz
+
     before = folder_hash(saved_model)
-    out = tmp_path / "out"
-    done = cli("--recipe", "int8", str(saved_model), "--data", "digits", "--out", str(out),
-               "--no-latency")
-    assert done.returncode == 0, done.stderr[-2000:]
-    report = json.loads((out / "report.json").read_text())
-    assert report["framework"] == "saved_model" and report["passed"]
-    assert report["baseline"]["value"] >= 0.9
+    result = cz.compress(str(saved_model), "int8", "digits", out_dir=tmp_path / "out",
+                         quiet=True, latency=False)
+    assert result.exit_code == 0, result.report["failures"]
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["framework"] == "saved_model" and report["baseline"]["value"] >= 0.9
+    assert [row["path"] for row in report["artifacts"]] == ["model.tflite", "model.onnx"]
     for row in report["artifacts"]:
         assert row["drop"] <= 0.01, row
-    for name in ("model.tflite", "model.onnx"):
-        info = inspect_artifact(out / name)
-        assert info.weight_dtypes.get("int8", 0) >= 0.95, (name, info.weight_dtypes)
+    for path in result.artifacts.values():
+        info = inspect_artifact(path)
+        assert info.weight_dtypes.get("int8", 0) >= 0.95, (path, info.weight_dtypes)
         assert [i["dtype"] for i in info.inputs] == ["float32"]
     assert folder_hash(saved_model) == before
 
 
-def test_int8_qat_is_refused_naming_the_step(cli, saved_model, tmp_path):
-    done = cli("--recipe", "int8_qat", str(saved_model), "--out", str(tmp_path / "out"))
+def test_int8_qat_is_refused_before_loading_naming_the_step(cli, tmp_path):
+    folder = tmp_path / "exported"            # refused before TensorFlow reads the folder
+    folder.mkdir()
+    (folder / "saved_model.pb").write_bytes(b"")
+    done = cli("--recipe", "int8_qat", str(folder), "--out", str(tmp_path / "out"))
     assert done.returncode == 2
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, done.stderr
