@@ -11,11 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from compressor.backends.keras.env import import_tensorflow
 from compressor.backends.saved_model.model import SIGNATURE, SavedModel, input_feeds
 from compressor.backends.training_data import calibration_samples
-from compressor.errors import BackendUnavailableError, RecipeError, first_line
-from compressor.quiet import captured_native_output, log_tail
+from compressor.errors import RecipeError
 from compressor.steps import PrecisionConfig, QuantizeConfig
 
 if TYPE_CHECKING:
@@ -61,21 +59,10 @@ def _representative(samples: dict[str, Any]):
 
 
 def _convert(model: SavedModel, ctx: Context, kind: str, configure) -> bytes:
-    tf = import_tensorflow()
-    from tensorflow.lite.python.convert_phase import ConverterError
+    from compressor.backends.keras.tflite import run_converter
 
-    log = Path(ctx.workdir) / "logs" / "tflite-convert.log"
-    try:
-        with captured_native_output(log, f"TFLite {kind}"):
-            converter = tf.lite.TFLiteConverter.from_saved_model(str(model.path),
-                                                                 signature_keys=[SIGNATURE])
-            configure(converter, tf)
-            return converter.convert()
-    except (ConverterError, ValueError, RuntimeError, TypeError) as exc:
-        raise BackendUnavailableError(
-            f"TFLite {kind} conversion of the SavedModel failed: {first_line(exc)}\n"
-            f"{log_tail(log)}\n(full log: {log}); an op the converter does not support is the "
-            "usual cause: export onnx only (--format onnx)") from None
+    return run_converter(lambda tf: tf.lite.TFLiteConverter.from_saved_model(
+        str(model.path), signature_keys=[SIGNATURE]), ctx, kind, configure)
 
 
 def float32_onnx(model: SavedModel, ctx: Context) -> OnnxModel:
