@@ -2,6 +2,7 @@
 optimization (quant_pre_process), and one typed error for a quantizer that gives up."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,3 +34,17 @@ def quantizing(run: Any, kind: str) -> None:
             f"onnxruntime int8 {kind} quantization failed: {first_line(exc)}; an op its "
             "quantizer does not handle is the usual cause: keep that layer float (precision "
             "exclude / quantize fallback: auto), or export tflite only") from None
+
+
+def prepared_names(prepared: Path, names: Sequence[str]) -> list[str]:
+    """`names` (nodes of the original file) as they are called in the pre-processed one:
+    onnxruntime names a fused node after the first node it fused, plus a suffix
+    ('dense/MatMul' + Add -> Gemm 'dense/MatMul/MatMulAddFusion')."""
+    import onnx
+
+    wanted = set(names)
+    if not wanted:
+        return []
+    graph = onnx.load(str(prepared), load_external_data=False).graph
+    return [node.name for node in graph.node
+            if node.name in wanted or node.name.rsplit("/", 1)[0] in wanted]

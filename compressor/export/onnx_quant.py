@@ -12,8 +12,9 @@ backend: the file a user gets is the one onnxruntime runs fastest.
 - `quantize_onnx_weight_only`: see onnx_weight_only.py.
 
 `exclude_nodes` are node names of the float32 file kept in float (quantize fallback, mixed
-precision); BatchNorm folding keeps the conv's name. Integer inputs (token ids) are fed as
-they are and never quantized: onnxruntime quantizes float tensors only.
+precision); they follow the nodes through pre-processing's fusions (onnx_prepare.py).
+Integer inputs (token ids) are fed as they are and never quantized: onnxruntime quantizes
+float tensors only.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from compressor.errors import DataError
-from compressor.export.onnx_prepare import preprocessed, quantizing
+from compressor.export.onnx_prepare import prepared_names, preprocessed, quantizing
 
 # Symmetric int8 weights (zero point 0, so pruned zeros stay exact zeros) are ORT's default
 # for QInt8; stated here because sparsity depends on it.
@@ -49,7 +50,8 @@ def quantize_onnx_static(fp32_path: Path, out_path: Path,
         quantizing(lambda: quantize_static(
             str(prepared), str(out_path), reader, quant_format=QuantFormat.QDQ,
             per_channel=True, reduce_range=False, activation_type=QuantType.QUInt8,
-            weight_type=QuantType.QInt8, nodes_to_exclude=list(exclude_nodes),
+            weight_type=QuantType.QInt8,
+            nodes_to_exclude=prepared_names(prepared, exclude_nodes),
             extra_options=dict(STATIC_OPTIONS)), "static")
 
 
@@ -67,10 +69,11 @@ def quantize_onnx_dynamic(fp32_path: Path, out_path: Path,
         quantizing(lambda: quantize_dynamic(
             str(prepared), str(out_path), op_types_to_quantize=list(DYNAMIC_OPS),
             per_channel=True, reduce_range=False, weight_type=QuantType.QInt8,
-            nodes_to_exclude=list(exclude_nodes),
+            nodes_to_exclude=prepared_names(prepared, exclude_nodes),
             extra_options={"MatMulConstBOnly": True}), "dynamic")
+        excluded = set(prepared_names(prepared, exclude_nodes))
     proto = onnx.load(str(out_path))
-    if store_int8_weights(proto, set(exclude_nodes), ("Gather",)):
+    if store_int8_weights(proto, excluded, ("Gather",)):
         onnx.save(proto, str(out_path))
 
 

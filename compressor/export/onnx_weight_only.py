@@ -26,11 +26,13 @@ def weight_only_int8(source: Path, target: Path, exclude_nodes: Sequence[str] = 
     """The whole weight-only route, after constant folding (weights behind Transpose etc.)."""
     import onnx
 
-    from compressor.export.onnx_prepare import preprocessed
+    from compressor.export.onnx_prepare import prepared_names, preprocessed
 
     with tempfile.TemporaryDirectory(prefix="onnx-quant-", dir=Path(target).parent) as tmp:
-        proto = onnx.load(str(preprocessed(Path(source), Path(tmp) / "prepared.onnx")))
-    store_int8_weights(proto, set(exclude_nodes), WEIGHT_OPS)
+        prepared = preprocessed(Path(source), Path(tmp) / "prepared.onnx")
+        excluded = set(prepared_names(prepared, exclude_nodes))
+        proto = onnx.load(str(prepared))
+    store_int8_weights(proto, excluded, WEIGHT_OPS)
     onnx.save(proto, str(target))
 
 
