@@ -143,7 +143,7 @@ def _split(obj: Any, framework: str | None, source: str) -> Any:
     if found is None:
         return tuple(obj)
     kind = "a tf.data.Dataset" if found == "keras" else "a torch DataLoader"
-    if framework is not None and found != framework:
+    if framework in ("keras", "torch") and found != framework:   # onnx models read either
         wanted = "a tf.data.Dataset" if framework == "keras" else "a torch DataLoader"
         raise DataError(f"{source} is {kind}, but the model is a {framework} model; pass "
                         f"{wanted} or numpy arrays (x, y)")

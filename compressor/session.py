@@ -60,7 +60,8 @@ def open_session(model: Any, recipe: str | Path | Recipe, data: Any = "digits", 
     recipe = load_recipe(recipe)
     out = Path(out_dir)
     check_output_folder(out, force)
-    formats = tuple(formats or recipe.export)
+    requested = tuple(formats or ())
+    formats = requested or tuple(recipe.export)
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
         raise RecipeError(f"unknown export format {', '.join(unknown)}; use tflite and/or onnx")
@@ -74,6 +75,8 @@ def open_session(model: Any, recipe: str | Path | Recipe, data: Any = "digits", 
         get_profile(target)  # an unknown device is a bad argument: fail before any work
 
     backend = backend_for(model)
+    formats, format_note = _formats_written_by(backend, formats, explicit=bool(requested))
+    _refuse_training_steps(backend, recipe)
     loaded = backend.load(model, weights=weights, trust_pickle=trust_pickle)
     teacher_model = None
     if teacher is not None and recipe.needs_teacher:   # recipes without distill ignore it
@@ -109,6 +112,8 @@ def open_session(model: Any, recipe: str | Path | Recipe, data: Any = "digits", 
                   metric=metric, reference_outputs=reference, baseline_value=baseline,
                   inputs=info.inputs, outputs=info.outputs,
                   output_index=output_index(info.outputs, output))
+    if format_note:
+        ctx.progress.info(format_note)
     session = Session(recipe=recipe, backend=backend, model=loaded, model_ref=describe_ref(model),
                       info=info, ctx=ctx, out_dir=out, force=force, target=target,
                       measure_latency=latency, threads=threads, teacher_entry=teacher_entry)
@@ -122,6 +127,34 @@ def check_output_folder(out: Path, force: bool) -> None:
     if out.is_dir() and any(out.iterdir()) and not force:
         raise RecipeError(f"--out {out} exists and is not empty; pass --force to overwrite its "
                           "artifacts and report, or choose another folder")
+
+
+def _formats_written_by(backend: Backend, formats: tuple[str, ...],
+                        explicit: bool) -> tuple[tuple[str, ...], str | None]:
+    """The formats `backend` can write: asked-for ones it cannot are an error, a recipe's
+    default list loses them with a note (an ONNX model gives no TFLite file)."""
+    writable = getattr(backend, "export_formats", FORMATS)
+    dropped = [fmt for fmt in formats if fmt not in writable]
+    if not dropped:
+        return formats, None
+    kept = tuple(fmt for fmt in formats if fmt in writable)
+    if explicit or not kept:
+        raise RecipeError(f"{backend.name} models cannot be exported to {', '.join(dropped)}: "
+                          "compressor cannot make that format from them; use "
+                          f"--format {','.join(writable)}")
+    return kept, (f"export: {', '.join(dropped)} skipped: {backend.name} models export "
+                  f"{', '.join(writable)} only")
+
+
+def _refuse_training_steps(backend: Backend, recipe: Recipe) -> None:
+    """A backend of already-exported models cannot fine-tune: refuse before any work."""
+    if getattr(backend, "trains", True):
+        return
+    from compressor.backends.post_training import training_refused
+
+    for index, step in enumerate(recipe.steps):
+        if step.trains:
+            raise training_refused(backend.name, index, step)
 
 
 def describe_ref(model: Any) -> str:

@@ -42,13 +42,15 @@ class PruneConfig(TrainingConfig):
         "polynomial", description="constant: full sparsity from the start; polynomial: ramp up")
 
 
-# Kept as an open list: transformer-friendly modes (dynamic, weight_only) slot in here.
-QuantizeMode = Literal["qat", "ptq"]
+# dynamic (int8 weights, activations quantized at run time) and weight_only (int8 weights,
+# float compute): the transformer / RNN routes; ONNX and SavedModel models take them today.
+QuantizeMode = Literal["qat", "ptq", "dynamic", "weight_only"]
 
 
 class QuantizeConfig(TrainingConfig):
     kind: Literal["quantize"] = Field("quantize", alias="pass")
-    mode: QuantizeMode = Field("qat", description="qat (fine-tune with fake-quant) or ptq (calibrate)")
+    mode: QuantizeMode = Field(
+        "qat", description="qat (fine-tune with fake-quant), ptq (calibrate), dynamic or weight_only")
     dtype: Literal["int8"] = "int8"
     preserve_sparsity: bool = Field(True, description="keep pruned weights at zero during QAT")
     calibration_samples: int = Field(256, ge=1, description="training samples used to calibrate ptq")

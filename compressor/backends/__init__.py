@@ -26,11 +26,21 @@ def get_backend(name: str) -> Backend:
                 f"the PyTorch backend is not available here ({exc}); "
                 "install it with `pip install compressor[torch]`") from None
         return TorchBackend()
-    raise BackendUnavailableError(f"no backend named {name!r}; use keras or torch")
+    if name == "onnx":
+        from compressor.backends.onnx import OnnxBackend
+
+        return OnnxBackend()
+    if name == "saved_model":
+        from compressor.backends.saved_model import SavedModelBackend
+
+        return SavedModelBackend()
+    raise BackendUnavailableError(f"no backend named {name!r}; use keras, torch, onnx or "
+                                  "saved_model")
 
 
 def framework_of(model: Any) -> str:
-    """'keras' or 'torch' for a model object or a model reference (path / module:function)."""
+    """'keras', 'torch', 'onnx' or 'saved_model' (a SavedModel without Keras metadata) for a
+    model object or a model reference (path / module:function)."""
     if isinstance(model, (str, Path)):
         return _framework_of_reference(str(model))
     module = type(model).__module__.split(".")[0]
@@ -38,6 +48,8 @@ def framework_of(model: Any) -> str:
         return "keras"
     if module == "torch" or _is_torch_module(model):
         return "torch"
+    if module == "onnx" and type(model).__name__ == "ModelProto":
+        return "onnx"
     raise ModelLoadError(f"cannot compress a {type(model).__qualname__}; pass a tf_keras model, "
                          "a torch.nn.Module, or a path to a model file")
 
@@ -48,19 +60,22 @@ def backend_for(model: Any) -> Backend:
 
 def _framework_of_reference(ref: str) -> str:
     path = Path(ref)
-    if path.suffix in KERAS_SUFFIXES or (path.is_dir() and (path / "saved_model.pb").exists()):
+    if path.is_dir() and (path / "saved_model.pb").exists():
+        # tf_keras' SavedModels carry keras_metadata.pb; tf.saved_model.save and Keras 3
+        # model.export() write none, and only post-training work is possible on them.
+        return "keras" if (path / "keras_metadata.pb").exists() else "saved_model"
+    if path.suffix in KERAS_SUFFIXES:
         return "keras"
     if path.suffix in TORCH_SUFFIXES:
         return "torch"
+    if path.suffix == ".onnx":
+        return "onnx"
     if _looks_like_callable_ref(ref):
         return "torch"
-    if path.suffix == ".onnx":
-        raise ModelLoadError(f"{ref}: ONNX input models are not supported yet; pass the Keras or "
-                             "PyTorch model it was exported from")
     if not path.exists():
         raise ModelLoadError(f"model {ref} does not exist; check the path")
     raise ModelLoadError(f"{ref}: unknown model format {path.suffix or '(no suffix)'}; use .keras, "
-                         ".h5, a SavedModel folder, .pt2, or module:function for PyTorch")
+                         ".h5, a SavedModel folder, .pt2, .onnx, or module:function for PyTorch")
 
 
 def _looks_like_callable_ref(ref: str) -> bool:

@@ -145,13 +145,20 @@ def _float16_settings(precision: PrecisionConfig):
 
 
 def _convert(model: Any, ctx: Context, kind: str, configure) -> bytes:
+    return run_converter(lambda tf: tf.lite.TFLiteConverter.from_keras_model(model), ctx, kind,
+                         configure)
+
+
+def run_converter(make: Callable[[Any], Any], ctx: Context, kind: str, configure) -> bytes:
+    """`make(tf)`'s TFLiteConverter, set up by `configure(converter, tf)`, converted with its
+    native output in a log; a failure is a typed error quoting the log's tail."""
     tf = import_tensorflow()
     log = Path(ctx.workdir) / "logs" / "tflite-convert.log"
     from tensorflow.lite.python.convert_phase import ConverterError
 
     try:
         with captured_native_output(log, f"TFLite {kind}"):
-            converter = tf.lite.TFLiteConverter.from_keras_model(model)
+            converter = make(tf)
             configure(converter, tf)
             return converter.convert()
     except (ConverterError, ValueError, RuntimeError, TypeError) as exc:
