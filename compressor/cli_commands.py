@@ -1,12 +1,12 @@
 """The `compress` subcommands: recipes, inspect, eval, devices."""
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import numpy as np
 
+from compressor.cli_guard import Parser
 from compressor.errors import CompressorError, DataError
 from compressor.report import human_size
 
@@ -20,7 +20,7 @@ def run(command: str, argv: list[str]) -> int:
 def _recipes(argv: list[str]) -> int:
     from compressor.recipe import builtin_names, load_recipe
 
-    parser = argparse.ArgumentParser(prog="compress recipes")
+    parser = Parser(prog="compress recipes")
     sub = parser.add_subparsers(dest="action", required=True)
     sub.add_parser("list", help="the built-in recipes")
     show = sub.add_parser("show", help="a recipe as YAML, with its `extends` resolved")
@@ -38,7 +38,7 @@ def _recipes(argv: list[str]) -> int:
 def _inspect(argv: list[str]) -> int:
     from compressor.runtimes import inspect_artifact
 
-    parser = argparse.ArgumentParser(prog="compress inspect", description="what an artifact holds")
+    parser = Parser(prog="compress inspect", description="what an artifact holds")
     parser.add_argument("artifact", type=Path)
     parser.add_argument("--json", action="store_true", help="one JSON object with report keys")
     parser.add_argument("--target", help="device profile to check the memory estimate against")
@@ -79,7 +79,7 @@ def _eval(argv: list[str]) -> int:
     from compressor.runtimes import inspect_artifact, open_runtime
     from compressor.validate import metric_value
 
-    parser = argparse.ArgumentParser(prog="compress eval", description="an artifact's metric")
+    parser = Parser(prog="compress eval", description="an artifact's metric")
     parser.add_argument("artifact", type=Path)
     parser.add_argument("--data", required=True, help="digits | data.npz | module:function")
     parser.add_argument("--metric", default="accuracy", choices=("accuracy", "mse"))
@@ -103,7 +103,7 @@ def _eval(argv: list[str]) -> int:
 def _devices(argv: list[str]) -> int:
     from compressor.devices import load_profiles
 
-    argparse.ArgumentParser(prog="compress devices", description="device profiles").parse_args(argv)
+    Parser(prog="compress devices", description="device profiles").parse_args(argv)
     for name, p in load_profiles().items():
         print(f"{name:<22} {human_size(p.memory_bytes):>9} total, {human_size(p.budget_bytes):>9} "
               f"for the model  {p.arch:<8} {', '.join(p.runtimes)}")
@@ -113,7 +113,7 @@ def _devices(argv: list[str]) -> int:
 def _sweep(argv: list[str]) -> int:
     from compressor.sweep import plot_pareto, sweep
 
-    parser = argparse.ArgumentParser(prog="compress sweep",
+    parser = Parser(prog="compress sweep",
                                      description="run several recipes; write sweep.csv and pareto.png")
     parser.add_argument("model")
     parser.add_argument("--recipes", required=True, help="comma-separated names or .yaml paths")

@@ -5,7 +5,6 @@ here, so bad input fails the same way, fast, whichever way in.
 """
 from __future__ import annotations
 
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,8 @@ from compressor.errors import DataError, ModelLoadError, RecipeError
 from compressor.export import FORMATS
 from compressor.progress import Progress
 from compressor.recipe import Recipe, load_recipe
+from compressor.sanity import check_outputs, warn_if_chance
+from compressor.workspace import check_output_path, make_work_folder
 
 
 @dataclass
@@ -92,17 +93,19 @@ def open_session(model: Any, recipe: str | Path | Recipe, data: Any = "digits", 
     if teacher_model is not None:
         teacher_info = _check_teacher_shapes(backend, loaded, info, teacher_model, data)
 
-    workdir = Path(tempfile.mkdtemp(prefix="compressor-work-"))
     x_val, y_val = np.asarray(data.val[0]), data.val[1]
     reference = backend.predict(loaded, x_val)
     metric_used = metric or recipe.validation.metric
+    check_outputs(reference, data, metric_used)
     baseline = validate.metric_value(metric_used, reference, y_val, reference)
+    warn_if_chance(metric_used, baseline, reference)
     teacher_entry = None
     if teacher_model is not None:
         teacher_outputs = backend.predict(teacher_model, x_val)
         teacher_entry = {"model": describe_ref(teacher), "params": teacher_info.params,
                          "metric_value": validate.metric_value(metric_used, teacher_outputs, y_val,
                                                                reference)}
+    workdir = make_work_folder()   # last: nothing above may leave it behind
     ctx = Context(data=data, progress=Progress(quiet=quiet), workdir=workdir, seed=seed,
                   teacher=teacher_model, formats=formats, validation=recipe.validation,
                   metric=metric, reference_outputs=reference, baseline_value=baseline)
@@ -114,11 +117,7 @@ def open_session(model: Any, recipe: str | Path | Recipe, data: Any = "digits", 
 
 
 def check_output_folder(out: Path, force: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise RecipeError(f"--out {out} is a file; give a folder")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise RecipeError(f"--out {out} exists and is not empty; pass --force to overwrite its "
-                          "artifacts and report, or choose another folder")
+    check_output_path(out, force)
 
 
 def describe_ref(model: Any) -> str:
