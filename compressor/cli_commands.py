@@ -86,14 +86,23 @@ def _eval(argv: list[str]) -> int:
     parser.add_argument("--threads", type=int)
     args = parser.parse_args(argv)
     _require_file(args.artifact)
-    shape = inspect_artifact(args.artifact).inputs[0]["shape"]
+    expected = inspect_artifact(args.artifact).inputs[0]
+    shape = expected["shape"]
     # Built-in images: a channel dimension of 1 right after the batch means NCHW.
     layout = "NCHW" if len(shape) == 4 and shape[1] == 1 else "NHWC"
     data = load_data(args.data, layout)
-    x, y = data.val
+    x, y = np.asarray(data.val[0]), data.val[1]
     if args.metric == "accuracy" and y is None:
         raise DataError(f"{data.name} has no y_val labels; accuracy needs them")
-    outputs = open_runtime(args.artifact, threads=args.threads).predict(np.asarray(x))
+    if len(shape) != x.ndim or any(isinstance(want, int) and want > 0 and want != got
+                                   for want, got in zip(shape[1:], x.shape[1:])):
+        raise DataError(f"{data.name}: val inputs have shape {x.shape}, but {args.artifact.name} "
+                        f"takes {shape}; give data shaped for this artifact")
+    try:
+        outputs = open_runtime(args.artifact, threads=args.threads).predict(x)
+    except Exception as exc:   # the runtime refused this data (dtype, values): a data problem
+        raise DataError(f"{args.artifact.name} cannot run {data.name}'s val inputs "
+                        f"({x.dtype}, {x.shape}): {type(exc).__name__}: {exc}") from None
     value = metric_value(args.metric, outputs, y, outputs)
     print(json.dumps({"path": str(args.artifact), "metric": args.metric, "value": value,
                       "samples": int(len(x))}))
@@ -139,3 +148,7 @@ def _sweep(argv: list[str]) -> int:
 def _require_file(path: Path) -> None:
     if not path.is_file():
         raise CompressorError(f"{path} does not exist; give the path of a .tflite or .onnx file")
+    if path.suffix == ".onnx":
+        from compressor.runtimes.onnx_external import check_external_data
+
+        check_external_data(path)
