@@ -195,8 +195,8 @@ def _check_size(raw: Any, path: Path) -> None:
                     break
             sizes[id(value)] = total
         if sizes[id(value)] > MAX_VALUES:
-            raise RecipeError(f"{path}: more than {MAX_VALUES:,} values once YAML aliases are "
-                              "expanded; a recipe is a few dozen values")
+            raise RecipeError(f"{path}: more than {MAX_VALUES:,} values (YAML aliases counted "
+                              "expanded); a recipe is a few dozen values")
         return sizes[id(value)]
 
     size(raw, 0)
