@@ -195,14 +195,30 @@ def publish(staging: Path, out: Path) -> Path:
 @contextlib.contextmanager
 def removed_after(workdir: Path) -> Iterator[None]:
     """Remove `workdir` when the body ends, however it ends. An error whose message cites a log
-    inside it keeps that log in the temp dir and is rewritten to cite the kept copy."""
+    inside it keeps that log in the temp dir and is rewritten to cite the kept copy.
+    Meanwhile TMPDIR points into `workdir`, so what libraries and converters write to temp
+    files goes with it too (and is reaped with it after a kill -9)."""
+    saved = os.environ.get("TMPDIR"), tempfile.tempdir
+    private = Path(workdir) / "tmp"
+    private.mkdir(parents=True, exist_ok=True)
+    os.environ["TMPDIR"] = tempfile.tempdir = str(private)
     try:
         yield
     except BaseException as exc:
+        _restore_tmpdir(*saved)
         _keep_cited_logs(exc, Path(workdir))
         raise
     finally:
+        _restore_tmpdir(*saved)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _restore_tmpdir(environ: str | None, module: str | None) -> None:
+    if environ is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = environ
+    tempfile.tempdir = module
 
 
 def _keep_cited_logs(exc: BaseException, workdir: Path) -> None:
