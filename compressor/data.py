@@ -65,8 +65,8 @@ def _from_npz(path: Path) -> Data:
     try:
         with np.load(path, allow_pickle=False) as npz:
             arrays = {key: npz[key] for key in npz.files}
-    except (ValueError, OSError, EOFError) as exc:
-        raise DataError(f"{path}: not a readable .npz file ({exc}); save it with "
+    except Exception as exc:   # corrupt input raises zipfile, zlib, format and OS errors
+        raise DataError(f"{path}: not a readable .npz file ({first_line(exc, 120)}); save it with "
                         f"numpy.savez(path, {'=..., '.join(NPZ_KEYS)}=...)") from None
     return _coerce(arrays, str(path))
 
