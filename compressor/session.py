@@ -52,15 +52,16 @@ class Session:
 
 
 def open_session(model: Any, recipe: str | Path | Recipe, data: Any = "digits", *,
-                 teacher: Any = None, out_dir: str | Path = "dist", target: str | None = None,
+                 teacher: Any = None, out_dir: str | Path | None = "dist", target: str | None = None,
                  formats: tuple[str, ...] | None = None, seed: int = 0, weights: str | None = None,
                  teacher_weights: str | None = None, trust_pickle: bool = False,
                  force: bool = False, quiet: bool = False, latency: bool = True,
                  threads: int | None = None, metric: Any = None) -> Session:
     started = time.perf_counter()
     recipe = load_recipe(recipe)
-    out = Path(out_dir)
-    check_output_folder(out, force)
+    out = Path("." if out_dir is None else out_dir)   # None: named later (cz.prepare)
+    if out_dir is not None:
+        check_output_folder(out, force)
     formats = tuple(formats or recipe.export)
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:

@@ -8,7 +8,6 @@ import sys
 import textwrap
 
 import numpy as np
-import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

@@ -2,6 +2,7 @@
 the next run does not remove, SIGTERM cleans up, and the same seed gives the same bytes."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -68,6 +69,10 @@ def test_lock_kill9_sigterm_and_same_seed_bytes(tmp_path, model_file, small_data
     error = second.stderr.read()
     assert "in use by another compress run" in error and ".out.lock" in error
     assert first.wait(timeout=600) == 0, first.stderr.read()
+    # The untrained model guesses: a warning line, and the report says so.
+    assert "warning: the original model scores" in first.stderr.read()
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["baseline"]["chance_level"] is True
 
     # kill -9 while exporting: its folders stay, and the next run removes them.
     victim = _start([*args, "--out", "again"], tmp_path)

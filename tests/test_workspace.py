@@ -89,3 +89,20 @@ def test_folders_of_dead_processes_are_reaped(tmp_path):
     assert not previous.exists()
     staging.rmdir()
     live.rmdir()
+
+
+def test_an_error_citing_a_work_log_keeps_it_and_cites_the_copy(tmp_path):
+    import shutil
+
+    work = workspace.make_work_folder()
+    log = work / "logs" / "convert.log"
+    log.parent.mkdir()
+    log.write_text("converter said no\n")
+    with pytest.raises(RuntimeError) as caught:
+        with workspace.removed_after(work):
+            raise RuntimeError(f"conversion failed (full log: {log})")
+    assert not work.exists()
+    kept = Path(str(caught.value).split("full log: ")[1].rstrip(")"))
+    assert kept.read_text() == "converter said no\n" and kept.parent.parent.name.startswith(
+        f"compressor-logs-{os.getpid()}-")
+    shutil.rmtree(kept.parent.parent)
