@@ -13,16 +13,6 @@ SUBCLASSES_OF_WORK = ("compressor-", ".out.")
 
 
 @pytest.fixture(scope="module")
-def keras_file(tmp_path_factory):
-    """An untrained tf_keras digits CNN as .keras: every case fails before training."""
-    from compressor.backends.examples import keras_digits_cnn
-
-    path = tmp_path_factory.mktemp("model") / "digits.keras"
-    keras_digits_cnn().save(path)
-    return path
-
-
-@pytest.fixture(scope="module")
 def nan_weights_file(tmp_path_factory):
     from compressor.backends.examples import keras_digits_cnn
 
@@ -65,32 +55,30 @@ def _extends_chain(folder, depth=20):
 
 
 def _onnx_with_external(folder, location):
-    import onnx
-    from onnx import TensorProto, helper
+    from onnx import TensorProto
 
     weight = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[64, 10])
     weight.data_location = TensorProto.EXTERNAL
     weight.external_data.add(key="location", value=location)
     weight.external_data.add(key="length", value=str(64 * 10 * 4))
-    graph = helper.make_graph(
-        [helper.make_node("Flatten", ["x"], ["f"]), helper.make_node("MatMul", ["f", "w"], ["y"])],
-        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 8, 1])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])], [weight])
-    path = folder / "model.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    return str(path)
+    return _onnx_matmul(folder / "model.onnx", weight)
 
 
 def _tiny_onnx(folder):
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import numpy_helper
 
-    weight = numpy_helper.from_array(np.ones((64, 10), np.float32), "w")
+    return _onnx_matmul(folder / "tiny.onnx", numpy_helper.from_array(np.ones((64, 10), np.float32), "w"))
+
+
+def _onnx_matmul(path, weight):
+    """x (N, 8, 8, 1) -> Flatten -> MatMul with `weight` -> (N, 10), saved at `path`."""
+    import onnx
+    from onnx import TensorProto, helper
+
     graph = helper.make_graph(
         [helper.make_node("Flatten", ["x"], ["f"]), helper.make_node("MatMul", ["f", "w"], ["y"])],
         "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 8, 1])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])], [weight])
-    path = folder / "tiny.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     return str(path)
 
@@ -167,11 +155,11 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_bad_input_gives_one_error_line(case, tmp_path, keras_file, nan_weights_file, capsys):
+def test_bad_input_gives_one_error_line(case, tmp_path, untrained_keras_file, nan_weights_file, capsys):
     build, fragment = CASES[case]
     inputs = tmp_path / "in"
     inputs.mkdir()
-    argv = build(inputs, str(keras_file), str(nan_weights_file))
+    argv = build(inputs, str(untrained_keras_file), str(nan_weights_file))
     if "--out" not in argv and argv[0] not in ("eval", "inspect"):
         argv += ["--out", str(tmp_path / "out")]
     before = set(inputs.iterdir())

@@ -18,15 +18,6 @@ RECIPE = ("extends: int8\nname: loose_int8\nvalidate: {max_drop: 1.0}\ntarget: n
 
 
 @pytest.fixture(scope="module")
-def model_file(tmp_path_factory):
-    from compressor.backends.examples import keras_digits_cnn
-
-    path = tmp_path_factory.mktemp("model") / "digits.keras"
-    keras_digits_cnn().save(path)
-    return path
-
-
-@pytest.fixture(scope="module")
 def small_data(tmp_path_factory):
     import numpy as np
 
@@ -57,9 +48,9 @@ def _names(tmp_path):
     return sorted(p.name for p in (*tmp_path.iterdir(), *(tmp_path / "tmp").iterdir()))
 
 
-def test_lock_kill9_sigterm_and_same_seed_bytes(tmp_path, model_file, small_data):
+def test_lock_kill9_sigterm_and_same_seed_bytes(tmp_path, untrained_keras_file, small_data):
     (tmp_path / "loose.yaml").write_text(RECIPE)
-    args = ["--recipe", "loose.yaml", str(model_file), "--data", str(small_data)]
+    args = ["--recipe", "loose.yaml", str(untrained_keras_file), "--data", str(small_data)]
 
     # Two runs on one --out: the second is refused, naming the lock; the first succeeds.
     first = _start([*args, "--out", "out"], tmp_path)
