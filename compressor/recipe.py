@@ -56,6 +56,11 @@ class Recipe(BaseModel):
             after = kinds[kinds.index("quantize") + 1:]
             if "prune" in after:
                 raise ValueError("prunes after quantize; put the prune step before quantize")
+        sparsities = [step.sparsity for step in self.steps if step.kind == "prune"]
+        if any(later < earlier for earlier, later in zip(sparsities, sparsities[1:])):
+            raise ValueError(f"prunes to sparsity {sparsities} in turn; a later prune step with "
+                             "a lower sparsity would undo the earlier one: keep one prune step "
+                             "at the sparsity you want")
         for step in self.steps:
             if step.kind == "precision" and step.dtype == "bfloat16" and "tflite" in self.export:
                 raise ValueError("asks for bfloat16 with tflite export; TFLite cannot store "

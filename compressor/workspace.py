@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from compressor.errors import UsageError
+from compressor.errors import RecipeError, UsageError
 
 WORK_PREFIX = "compressor-work-"
 # Pseudo file systems: writing there is never what a user meant (and may change the kernel).
@@ -37,28 +37,29 @@ _held: dict[Path, int] = {}   # resolved --out -> lock file descriptor, locks th
 # ----------------------------------------------------------------------- checking --out
 
 def check_output_path(out: Path, force: bool) -> None:
-    """Refuse an --out that cannot take this run's results, before any work starts."""
+    """Refuse an --out that cannot take this run's results, before any work starts
+    (RecipeError, as these checks always were: exit 2)."""
     out = Path(os.path.abspath(out))
     if any(out == root or root in out.parents for root in FORBIDDEN_ROOTS):
-        raise UsageError(f"--out {out} is on a kernel pseudo file system; choose a normal folder")
+        raise RecipeError(f"--out {out} is on a kernel pseudo file system; choose a normal folder")
     ancestor = out
     while not _exists(ancestor):
         ancestor = ancestor.parent
     if ancestor == out and not out.is_dir():
-        raise UsageError(f"--out {out} is a file; give a folder")
+        raise RecipeError(f"--out {out} is a file; give a folder")
     if not ancestor.is_dir():
-        raise UsageError(f"--out {out} is under {ancestor}, which is a file; give a folder")
+        raise RecipeError(f"--out {out} is under {ancestor}, which is a file; give a folder")
     writable = ancestor.parent if ancestor == out else ancestor
     if not os.access(writable, os.W_OK | os.X_OK):
-        raise UsageError(f"--out {out}: cannot write in {writable} (read-only or no permission); "
+        raise RecipeError(f"--out {out}: cannot write in {writable} (read-only or no permission); "
                          "choose a folder you can write to")
     if ancestor == out and any(out.iterdir()):
         if not force:
-            raise UsageError(f"--out {out} exists and is not empty; pass --force to replace its "
+            raise RecipeError(f"--out {out} exists and is not empty; pass --force to replace its "
                              "artifacts and report, or choose another folder")
         foreign = sorted(p.name for p in out.iterdir() if not _ours(p.name))
         if foreign:
-            raise UsageError(f"--out {out} holds files compressor did not write "
+            raise RecipeError(f"--out {out} holds files compressor did not write "
                              f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}); "
                              "--force replaces the whole folder, so move them or choose another")
 
@@ -75,7 +76,7 @@ def _exists(path: Path) -> bool:
     except OSError as exc:
         if exc.errno == errno.ENOTDIR:
             return False
-        raise UsageError(f"{path}: {exc.strerror}; give a shorter or valid path") from None
+        raise RecipeError(f"{path}: {exc.strerror}; give a shorter or valid path") from None
     return True
 
 

@@ -114,6 +114,9 @@ CASES = {
     "many steps": (lambda t, m, n: ["--recipe", _write(
         t, "steps.yaml", "name: s\nsteps:\n" + "  - {pass: prune, sparsity: 0.1}\n" * 200), m],
         "at most 64"),
+    "prune undone by a lower prune": (lambda t, m, n: ["--recipe", _write(
+        t, "undo.yaml", "name: u\nsteps:\n  - {pass: prune, sparsity: 0.5}\n"
+        "  - {pass: prune, sparsity: 0.2}\n"), m], "would undo the earlier one"),
     "long recipe name": (lambda t, m, n: ["--recipe", "r" * 300, m], "not a recipe name"),
     "long model path": (lambda t, m, n: ["--recipe", "fp16", "m" * 300 + ".keras"], "name too long"),
     "unknown option": (lambda t, m, n: ["--recipe", "fp16", m, "--bogus"], "unrecognized arguments"),
