@@ -92,3 +92,19 @@ def test_lambda_never_runs_without_trust(fmt, lambda_models, tmp_path):
     model.predict(__import__("numpy").zeros((1, 8, 8, 1), "float32"), verbose=0)
     assert marker.exists()
     marker.unlink()
+
+
+@pytest.mark.parametrize("config, found", [
+    ({"module": "os", "class_name": "function", "config": "system"}, "from module 'os'"),
+    ({"class_name": "__lambda__", "config": {"code": "..."}}, "Lambda"),
+    ({"class_name": "Sequential", "config": {"layers": [{"class_name": "Functional", "config": {
+        "layers": [{"class_name": "TFOpLambda", "config": {"name": "w",
+                                                          "function": "io.write_file"}}]}}]}},
+     "op layer 'w' calling 'io.write_file'"),
+    ({"class_name": "Dense", "config": {"name": "d", "units": 3}, "module": "keras.layers"}, None),
+])
+def test_config_scan_finds_code_anywhere_in_the_config(config, found, tmp_path):
+    from compressor.backends.keras.config_scan import stored_code
+
+    result = stored_code(tmp_path / "m.keras", [json.dumps(config)])
+    assert result == found if found is None else found in result

@@ -6,8 +6,8 @@ any escaping: `\\u004cambda` is `Lambda`) in every format, nested models include
 refused unless the user trusts the file:
 - Lambda layers (tf_keras) and serialized Python lambdas (Keras 3 `__lambda__`), or any
   config that stores a function's bytecode;
-- objects from modules other than Keras / TensorFlow / tfmot (Keras 3 imports the module
-  named in the config);
+- objects from modules other than Keras / tf_keras / tfmot (Keras 3 imports the module
+  named in the config and may call a function from it);
 - TF-op layers whose op reads or writes files or calls back into Python (`tf.io.*`,
   `tf.py_function`, ...): they are rebuilt by name from the config.
 """
@@ -21,8 +21,7 @@ from typing import Any
 from compressor.errors import ModelLoadError
 
 CODE_CLASSES = {"Lambda", "__lambda__"}
-SAFE_MODULES = ("keras", "tf_keras", "tensorflow", "tensorflow_model_optimization", "builtins",
-                "numpy")
+SAFE_MODULES = ("keras", "tf_keras", "tensorflow_model_optimization")
 OP_LAYERS = {"TFOpLambda", "SlicingOpLambda", "ClassMethod", "InstanceMethod", "InstanceProperty"}
 UNSAFE_OP_PARTS = ("io.", "py_func", "numpy_function", "py_function", "raw_ops", "print",
                    "summary", "debugging", "saved_model", "load_library", "load_op_library",
