@@ -10,6 +10,7 @@ import argparse
 import os
 import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 
@@ -54,8 +55,10 @@ def one_line(message: str, limit: int = MAX_ERROR_CHARS) -> str:
 
 def guarded(run: Callable[[], int], debug: bool) -> int:
     """Run the command; every failure becomes one `error:` line on stderr and an exit code."""
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, _on_signal)
+    _received.clear()
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    for signum in (signal.SIGINT, signal.SIGTERM) if in_main_thread else ():
+        signal.signal(signum, _on_signal)   # only the main thread may set handlers
     try:
         code = run()
     except KeyboardInterrupt:
@@ -79,7 +82,7 @@ def guarded(run: Callable[[], int], debug: bool) -> int:
                      "traceback and report it")
         return 1
     finally:
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in (signal.SIGINT, signal.SIGTERM) if in_main_thread else ():
             signal.signal(signum, signal.SIG_DFL if signum == signal.SIGTERM
                           else signal.default_int_handler)
     if _received:   # a signal swallowed somewhere (e.g. in a __del__): still not a success
