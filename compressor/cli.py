@@ -1,11 +1,11 @@
-"""The `compress` command. Turns CompressorError into one line on stderr and its exit code."""
+"""The `compress` command. Every failure becomes one `error:` line and an exit code (cli_guard)."""
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
 
-from compressor.errors import CompressorError
+from compressor.cli_guard import Parser, debug_requested, guarded
 
 SUBCOMMANDS = ("recipes", "inspect", "eval", "devices", "sweep")
 
@@ -17,28 +17,26 @@ other commands:
   compress devices                        the device profiles
   compress sweep MODEL --recipes a,b,c --data D --out DIR   sweep.csv + pareto.png
 
-exit codes: 0 passed, 2 bad input, 3 accuracy gate failed, 4 device budget exceeded
+exit codes: 0 passed, 1 internal error (a bug: rerun with --debug for the traceback),
+  2 bad input, 3 accuracy gate failed, 4 device budget exceeded, 130/143 interrupted
 """
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        if argv and argv[0] in SUBCOMMANDS:
-            from compressor import cli_commands
+    debug, argv = debug_requested(list(sys.argv[1:] if argv is None else argv))
+    return guarded(lambda: _dispatch(argv), debug)
 
-            return cli_commands.run(argv[0], argv[1:])
-        return _compress(_compress_parser().parse_args(argv))
-    except CompressorError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("interrupted; nothing was written to the output folder", file=sys.stderr)
-        return 130
+
+def _dispatch(argv: list[str]) -> int:
+    if argv and argv[0] in SUBCOMMANDS:
+        from compressor import cli_commands
+
+        return cli_commands.run(argv[0], argv[1:])
+    return _compress(_compress_parser().parse_args(argv))
 
 
 def _compress_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="compress", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Compress a Keras or PyTorch model with a named recipe, export TFLite / ONNX, "
                     "and validate the artifacts in LiteRT / onnxruntime.")
@@ -62,6 +60,8 @@ def _compress_parser() -> argparse.ArgumentParser:
                         help="allow pickled PyTorch modules (loading them runs code from the file)")
     parser.add_argument("--no-latency", action="store_true", help="skip the latency measurement")
     parser.add_argument("--quiet", "-q", action="store_true", help="print errors only")
+    parser.add_argument("--debug", action="store_true",
+                        help="print the traceback of a failure (any command)")
     return parser
 
 

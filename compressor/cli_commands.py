@@ -1,13 +1,15 @@
 """The `compress` subcommands: recipes, inspect, eval, devices."""
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
+import numpy as np
+
+from compressor.cli_guard import Parser
 from compressor.errors import CompressorError, DataError
 from compressor.report import human_size
-from compressor.tensors import rows
+from compressor.tensors import is_named, rows, specs_of
 
 
 def run(command: str, argv: list[str]) -> int:
@@ -19,7 +21,7 @@ def run(command: str, argv: list[str]) -> int:
 def _recipes(argv: list[str]) -> int:
     from compressor.recipe import builtin_names, load_recipe
 
-    parser = argparse.ArgumentParser(prog="compress recipes")
+    parser = Parser(prog="compress recipes")
     sub = parser.add_subparsers(dest="action", required=True)
     sub.add_parser("list", help="the built-in recipes")
     show = sub.add_parser("show", help="a recipe as YAML, with its `extends` resolved")
@@ -37,7 +39,7 @@ def _recipes(argv: list[str]) -> int:
 def _inspect(argv: list[str]) -> int:
     from compressor.runtimes import inspect_artifact
 
-    parser = argparse.ArgumentParser(prog="compress inspect", description="what an artifact holds")
+    parser = Parser(prog="compress inspect", description="what an artifact holds")
     parser.add_argument("artifact", type=Path)
     parser.add_argument("--json", action="store_true", help="one JSON object with report keys")
     parser.add_argument("--target", help="device profile to check the memory estimate against")
@@ -78,7 +80,7 @@ def _eval(argv: list[str]) -> int:
     from compressor.runtimes import inspect_artifact, open_runtime
     from compressor.validate import metric_value
 
-    parser = argparse.ArgumentParser(prog="compress eval", description="an artifact's metric")
+    parser = Parser(prog="compress eval", description="an artifact's metric")
     parser.add_argument("artifact", type=Path)
     parser.add_argument("--data", required=True, help="digits | data.npz | module:function")
     parser.add_argument("--metric", default="accuracy", choices=("accuracy", "mse"))
@@ -87,14 +89,24 @@ def _eval(argv: list[str]) -> int:
                         help="multi-output artifacts: the output (name or index) the metric reads")
     args = parser.parse_args(argv)
     _require_file(args.artifact)
-    shape = inspect_artifact(args.artifact).inputs[0]["shape"]
+    expected = inspect_artifact(args.artifact).inputs[0]
+    shape = expected["shape"]
     # Built-in images: a channel dimension of 1 right after the batch means NCHW.
     layout = "NCHW" if len(shape) == 4 and shape[1] == 1 else "NHWC"
     data = load_data(args.data, layout)
     x, y = data.val
+    x = x if is_named(x) else np.asarray(x)
     if args.metric == "accuracy" and y is None:
         raise DataError(f"{data.name} has no y_val labels; accuracy needs them")
-    outputs = open_runtime(args.artifact, threads=args.threads).predict(x)
+    if not is_named(x) and len(shape) != x.ndim or any(isinstance(want, int) and want > 0 and want != got
+                                   for want, got in zip(shape[1:], x.shape[1:])):
+        raise DataError(f"{data.name}: val inputs have shape {x.shape}, but {args.artifact.name} "
+                        f"takes {shape}; give data shaped for this artifact")
+    try:
+        outputs = open_runtime(args.artifact, threads=args.threads).predict(x)
+    except Exception as exc:   # the runtime refused this data (dtype, values): a data problem
+        raise DataError(f"{args.artifact.name} cannot run {data.name}'s val inputs "
+                        f"({'; '.join(s.describe() for s in specs_of(x))}): {type(exc).__name__}: {exc}") from None
     value = metric_value(args.metric, outputs, y, outputs, args.output)
     print(json.dumps({"path": str(args.artifact), "metric": args.metric, "value": value,
                       "samples": rows(x)}))
@@ -104,7 +116,7 @@ def _eval(argv: list[str]) -> int:
 def _devices(argv: list[str]) -> int:
     from compressor.devices import load_profiles
 
-    argparse.ArgumentParser(prog="compress devices", description="device profiles").parse_args(argv)
+    Parser(prog="compress devices", description="device profiles").parse_args(argv)
     for name, p in load_profiles().items():
         print(f"{name:<22} {human_size(p.memory_bytes):>9} total, {human_size(p.budget_bytes):>9} "
               f"for the model  {p.arch:<8} {', '.join(p.runtimes)}")
@@ -114,7 +126,7 @@ def _devices(argv: list[str]) -> int:
 def _sweep(argv: list[str]) -> int:
     from compressor.sweep import plot_pareto, sweep
 
-    parser = argparse.ArgumentParser(prog="compress sweep",
+    parser = Parser(prog="compress sweep",
                                      description="run several recipes; write sweep.csv and pareto.png")
     parser.add_argument("model")
     parser.add_argument("--recipes", required=True, help="comma-separated names or .yaml paths")
@@ -144,3 +156,7 @@ def _output_key(text: str) -> str | int:
 def _require_file(path: Path) -> None:
     if not path.is_file():
         raise CompressorError(f"{path} does not exist; give the path of a .tflite or .onnx file")
+    if path.suffix == ".onnx":
+        from compressor.runtimes.onnx_external import check_external_data
+
+        check_external_data(path)

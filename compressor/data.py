@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from compressor.context import Data
-from compressor.errors import DataError
-from compressor.tensors import TensorSpec, is_integer, is_named, rows, specs_of
+from compressor.errors import DataError, first_line
+from compressor.tensors import TensorSpec, is_integer, specs_of
 
 NPZ_KEYS = ("x_train", "y_train", "x_val", "y_val")
 
@@ -46,7 +46,7 @@ def load_data(spec: Any, layout: str = "NHWC", framework: str | None = None) -> 
             return _checked(Data(train=_split(spec.train, framework, f"{spec.name} train"),
                                  val=_split(spec.val, framework, f"{spec.name} val"),
                                  name=spec.name))
-        return spec
+        return _checked(spec)
     if isinstance(spec, (str, Path)):
         text = str(spec)
         if text == "digits":
@@ -66,8 +66,8 @@ def _from_npz(path: Path) -> Data:
     try:
         with np.load(path, allow_pickle=False) as npz:
             arrays = {key: npz[key] for key in npz.files}
-    except (ValueError, OSError, EOFError) as exc:
-        raise DataError(f"{path}: not a readable .npz file ({exc}); save it with "
+    except Exception as exc:   # corrupt input raises zipfile, zlib, format and OS errors
+        raise DataError(f"{path}: not a readable .npz file ({first_line(exc, 120)}); save it with "
                         f"numpy.savez(path, {'=..., '.join(NPZ_KEYS)}=...)") from None
     return _coerce(_grouped_inputs(arrays, path), str(path))
 
@@ -97,15 +97,22 @@ def _call_reference(ref: str) -> Any:
     try:
         func = getattr(importlib.import_module(module_name), func_name)
     except (ImportError, AttributeError) as exc:
-        raise DataError(f"cannot load data from {ref}: {exc}; the module must be importable "
-                        "from the current directory or PYTHONPATH") from None
-    return func()
+        raise DataError(f"cannot load data from {ref}: {first_line(exc)}; the module must be "
+                        "importable from the current directory or PYTHONPATH") from None
+    except Exception as exc:   # user code failed at import: report it, keep the cause
+        raise DataError(f"importing {module_name} for data failed: {type(exc).__name__}: "
+                        f"{first_line(exc)}; fix the module") from exc
+    try:
+        return func()
+    except Exception as exc:   # user code: report it as a data problem, keep the cause
+        raise DataError(f"the data function {ref} raised {type(exc).__name__}: "
+                        f"{first_line(exc)}; fix the function") from exc
 
 
 def _coerce(obj: Any, source: str, framework: str | None = None) -> Data:
     """Accepts Data, {"x_train", ...} mappings and ((x, y), (xv, yv)) pairs."""
     if isinstance(obj, Data):
-        return obj
+        return _checked(obj)
     if isinstance(obj, dict):
         if "x_val" not in obj:
             raise DataError(f"{source}: needs at least x_val (and x_train, y_train, y_val for "
@@ -177,16 +184,46 @@ def _numpy(value: Any) -> np.ndarray:
 
 
 def _checked(data: Data) -> Data:
+    """Each split non-empty, numeric and finite, with as many labels as inputs: NaN / Inf in
+    the data crash converters natively, far from their cause."""
     for split_name, split in (("train", data.train), ("val", data.val)):
         if split is None:
             continue
-        x = {k: np.asarray(v) for k, v in split[0].items()} if is_named(split[0]) \
-            else np.asarray(split[0])
-        n, y = rows(x), split[1]
-        if y is not None and len(np.asarray(y)) != n:
-            raise DataError(f"{data.name}: {split_name} has {n} inputs but "
-                            f"{len(np.asarray(y))} labels; they must match")
+        arrays = {f"x_{split_name}": split[0], f"y_{split_name}": split[1]}
+        if isinstance(split[0], dict):   # several named inputs
+            arrays = {**{f"x_{split_name}.{k}": v for k, v in split[0].items()},
+                      f"y_{split_name}": split[1]}
+        lengths = {}
+        for key, value in arrays.items():
+            if value is not None:
+                lengths[key] = _check_array(_as_array(value, data.name, key), data.name, key)
+        if len(set(lengths.values())) > 1:
+            raise DataError(f"{data.name}: {split_name} split has "
+                            f"{', '.join(f'{n} {k}' for k, n in lengths.items())} samples; "
+                            "inputs and labels must have the same number of samples")
     return data
+
+
+def _as_array(value: Any, source: str, key: str) -> np.ndarray:
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError) as exc:
+        raise DataError(f"{source}: {key} is not an array ({first_line(exc, 120)}); give "
+                        "equally shaped numeric samples") from None
+
+
+def _check_array(array: np.ndarray, source: str, key: str) -> int:
+    """The number of samples in `array`, after refusing empty, non-numeric or non-finite data."""
+    if array.ndim == 0 or len(array) == 0:
+        raise DataError(f"{source}: {key} has no samples; every split needs at least one")
+    if array.dtype.kind not in "biuf":
+        raise DataError(f"{source}: {key} holds {array.dtype} values; give numbers (e.g. "
+                        f"{key}.astype('float32'))")
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+        bad = int(array.size - np.isfinite(array).sum())
+        raise DataError(f"{source}: {key} has {bad} NaN or Inf values; clean or drop those "
+                        "samples before compressing")
+    return len(array)
 
 
 def check_matches_model(data: Data, inputs: tuple[TensorSpec, ...]) -> None:

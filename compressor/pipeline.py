@@ -8,7 +8,6 @@ atomically.
 from __future__ import annotations
 
 import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,6 +24,8 @@ from compressor.registry import get_pass
 from compressor.report import build_report, write_report
 from compressor.session import Session, open_session
 from compressor.steps import StepConfig
+from compressor.workspace import (check_output_path, make_staging_folder, output_lock, publish,
+                                  removed_after)
 
 
 @dataclass
@@ -62,44 +63,33 @@ def run_steps(session: Session, state: ModelState | None = None,
 
 
 def finish(session: Session, state: ModelState) -> Result:
-    """Export every format into a staging folder, validate, report, then publish into out_dir."""
-    staging = Path(tempfile.mkdtemp(prefix=f".{session.out_dir.name}.partial-",
-                                    dir=_existing_parent(session.out_dir)))
-    try:
-        artifacts = _export_all(session, state, staging)
-        rows = _validate_all(session, artifacts)
-        report = build_report(session, rows, _judge(session, rows))
-        for section in state.sections:
-            report[section.key] = section.report(artifacts)
-        write_report(report, staging)
-        published = publish(staging, session.out_dir)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.rmtree(session.ctx.workdir, ignore_errors=True)
+    """Export every format into a staging folder, validate, report, then publish into out_dir
+    (whole folders swapped, see workspace.publish). The work folder goes on every exit path."""
+    with removed_after(session.ctx.workdir):
+        staging = make_staging_folder(session.out_dir)
+        try:
+            artifacts = _export_all(session, state, staging)
+            rows = _validate_all(session, artifacts)
+            report = build_report(session, rows, _judge(session, rows))
+            for section in state.sections:
+                report[section.key] = section.report(artifacts)
+            write_report(report, staging)
+            published = publish(staging, session.out_dir)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return Result(passed=report["passed"], exit_code=report["exit_code"], out_dir=session.out_dir,
                   artifacts={fmt: published / path.name for fmt, path in artifacts.items()},
                   report=report)
 
 
 def compress(model: Any, recipe: str | Path | Recipe, data: Any = "digits", **options: Any) -> Result:
-    """The whole run, as the `compress` command does it."""
-    session = open_session(model, recipe, data, **options)
-    try:
-        state = run_steps(session)
-    except BaseException:
-        shutil.rmtree(session.ctx.workdir, ignore_errors=True)
-        raise
-    return finish(session, state)
-
-
-def publish(staging: Path, out: Path) -> Path:
-    """Move finished files into `out`: a rename when it is new, else file by file (only ours)."""
-    if not out.exists():
-        staging.rename(out)
-        return out
-    for item in staging.iterdir():
-        item.replace(out / item.name)
-    return out
+    """The whole run, as the `compress` command does it; `out_dir` is locked for all of it."""
+    out = Path(options.get("out_dir", "dist"))
+    check_output_path(out, options.get("force", False))   # before the lock file goes beside it
+    with output_lock(out):
+        session = open_session(model, recipe, data, **options)
+        with removed_after(session.ctx.workdir):
+            return finish(session, run_steps(session))
 
 
 def _export_all(session: Session, state: ModelState, staging: Path) -> dict[str, Path]:
@@ -150,8 +140,3 @@ def _judge(session: Session, rows: list[dict[str, Any]]) -> dict[str, Any]:
             "budget_bytes": None if profile is None else profile.budget_bytes,
             "failures": failures, "exit_code": exit_code}
 
-
-def _existing_parent(out: Path) -> Path:
-    parent = out.resolve().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    return parent

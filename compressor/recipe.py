@@ -6,6 +6,7 @@ Loaded from a built-in name or a YAML path; `extends: parent` inherits a recipe 
 from __future__ import annotations
 
 import hashlib
+import reprlib
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -20,13 +21,25 @@ from compressor.steps import STEP_CONFIGS, ValidateConfig, step_kind
 Step = Annotated[Union[STEP_CONFIGS], Field(discriminator="kind")]  # type: ignore[valid-type]  # noqa: UP007
 ExportFormat = Literal["tflite", "onnx"]
 
+# Limits that keep a hostile or broken recipe from costing more than a clear error.
+MAX_RECIPE_BYTES = 64 * 1024
+MAX_VALUES = 5_000       # values after YAML aliases are expanded (an alias bomb is millions)
+MAX_NESTING = 32
+MAX_EXTENDS = 8
+MAX_STEPS = 64
+MAX_REF_CHARS = 255
+MAX_ERRORS_SHOWN = 5
+_repr = reprlib.Repr()
+_repr.maxstring, _repr.maxother, _repr.maxlist, _repr.maxdict, _repr.maxlevel = 60, 60, 4, 4, 2
+_short = _repr.repr
+
 
 class Recipe(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
-    name: str
-    description: str = ""
-    steps: tuple[Step, ...] = ()
+    name: str = Field(min_length=1, max_length=100)
+    description: str = Field("", max_length=2000)
+    steps: tuple[Step, ...] = Field((), max_length=MAX_STEPS)
     export: tuple[ExportFormat, ...] = Field(("tflite", "onnx"), min_length=1)
     validation: ValidateConfig = Field(default_factory=ValidateConfig, alias="validate")
     target: str | None = None
@@ -43,6 +56,11 @@ class Recipe(BaseModel):
             after = kinds[kinds.index("quantize") + 1:]
             if "prune" in after:
                 raise ValueError("prunes after quantize; put the prune step before quantize")
+        sparsities = [step.sparsity for step in self.steps if step.kind == "prune"]
+        if any(later < earlier for earlier, later in zip(sparsities, sparsities[1:])):
+            raise ValueError(f"prunes to sparsity {sparsities} in turn; a later prune step with "
+                             "a lower sparsity would undo the earlier one: keep one prune step "
+                             "at the sparsity you want")
         for step in self.steps:
             if step.kind == "precision" and step.dtype == "bfloat16" and "tflite" in self.export:
                 raise ValueError("asks for bfloat16 with tflite export; TFLite cannot store "
@@ -97,6 +115,9 @@ def load_recipe(name_or_path: str | Path | Recipe) -> Recipe:
 
 
 def recipe_from_dict(raw: dict[str, Any], source: str = "recipe") -> Recipe:
+    steps = raw.get("steps")
+    if isinstance(steps, (list, tuple)) and len(steps) > MAX_STEPS:
+        raise RecipeError(f"{source}: {len(steps)} steps; a recipe has at most {MAX_STEPS}")
     try:
         return Recipe.model_validate(raw)
     except ValidationError as exc:
@@ -104,6 +125,9 @@ def recipe_from_dict(raw: dict[str, Any], source: str = "recipe") -> Recipe:
 
 
 def _resolve_raw(ref: str, seen: tuple[str, ...]) -> tuple[dict[str, Any], str]:
+    if len(seen) > MAX_EXTENDS:
+        raise RecipeError(f"{seen[0]}: `extends` chain deeper than {MAX_EXTENDS} recipes; "
+                          "inherit from fewer levels")
     path = _locate(ref)
     if str(path) in seen:
         raise RecipeError(f"{path}: `extends` loops back to itself ({' -> '.join(seen)})")
@@ -116,8 +140,15 @@ def _resolve_raw(ref: str, seen: tuple[str, ...]) -> tuple[dict[str, Any], str]:
 
 
 def _locate(ref: str) -> Path:
+    if not ref or len(ref) > MAX_REF_CHARS or "\0" in ref:
+        raise RecipeError(f"recipe {_short(ref)} is not a recipe name or path (empty, over "
+                          f"{MAX_REF_CHARS} characters, or a NUL byte); see compress recipes list")
     path = Path(ref)
-    if path.suffix in (".yaml", ".yml") or path.exists():
+    try:
+        exists = path.exists()
+    except OSError as exc:
+        raise RecipeError(f"recipe path {_short(ref)}: {exc.strerror}") from None
+    if path.suffix in (".yaml", ".yml") or exists:
         if not path.is_file():
             raise RecipeError(f"recipe file {ref} does not exist; pass a built-in name "
                               f"({', '.join(builtin_names())}) or a path to a .yaml file")
@@ -131,14 +162,49 @@ def _locate(ref: str) -> Path:
 
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
+        if path.stat().st_size > MAX_RECIPE_BYTES:
+            raise RecipeError(f"{path}: {path.stat().st_size:,} bytes; a recipe is at most "
+                              f"{MAX_RECIPE_BYTES:,} bytes of YAML")
         raw = yaml.safe_load(path.read_text())
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise RecipeError(f"{path}: not valid YAML ({str(exc).splitlines()[0]}); "
-                          "fix the file's syntax") from None
+    except (yaml.YAMLError, UnicodeDecodeError, ValueError) as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        raise RecipeError(f"{path}: not valid YAML ({first}); fix the file's syntax") from None
+    except RecursionError:
+        raise RecipeError(f"{path}: nested too deeply; a recipe nests a few levels") from None
+    except OSError as exc:
+        raise RecipeError(f"{path}: cannot read it ({exc.strerror})") from None
+    _check_size(raw, path)
     if not isinstance(raw, dict):
         raise RecipeError(f"{path}: a recipe is a YAML mapping with `name` and `steps`")
     raw.setdefault("name", path.stem)
     return raw
+
+
+def _check_size(raw: Any, path: Path) -> None:
+    """Count values as if YAML aliases were expanded (shared objects counted per use, each
+    computed once), without expanding them: an alias bomb is refused in microseconds."""
+    sizes: dict[int, int] = {}
+
+    def size(value: Any, depth: int) -> int:
+        if not isinstance(value, (dict, list)):
+            return 1
+        if depth > MAX_NESTING:
+            raise RecipeError(f"{path}: nested more than {MAX_NESTING} levels (or an alias "
+                              "refers to itself); a recipe nests a few levels")
+        if id(value) not in sizes:
+            children = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+            total = 1
+            for child in children:
+                total += size(child, depth + 1)
+                if total > MAX_VALUES:
+                    break
+            sizes[id(value)] = total
+        if sizes[id(value)] > MAX_VALUES:
+            raise RecipeError(f"{path}: more than {MAX_VALUES:,} values (YAML aliases counted "
+                              "expanded); a recipe is a few dozen values")
+        return sizes[id(value)]
+
+    size(raw, 0)
 
 
 def _merge(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
@@ -155,25 +221,29 @@ def _merge(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- error messages
 
 def format_validation_error(exc: ValidationError, source: str) -> str:
-    return "\n".join(_describe(err, source) for err in exc.errors())
+    errors = exc.errors()
+    shown = [_describe(err, source) for err in errors[:MAX_ERRORS_SHOWN]]
+    if len(errors) > MAX_ERRORS_SHOWN:
+        shown.append(f"{source}: and {len(errors) - MAX_ERRORS_SHOWN} more errors")
+    return "\n".join(shown)
 
 
 def _describe(err: dict[str, Any], source: str) -> str:
     loc = _public_loc(err["loc"])
-    where = ".".join(str(part) for part in loc) or "recipe"
+    where = ".".join(str(part)[:40] for part in loc)[:120] or "recipe"
     kind = err["type"]
     if kind == "extra_forbidden":
         allowed = _allowed_keys(err["loc"])
-        hint = did_you_mean(str(loc[-1]), allowed)
+        hint = did_you_mean(str(loc[-1])[:100], allowed)
         return f"{source}: {where}: unknown key{hint} (allowed here: {', '.join(allowed)})"
     if kind in ("union_tag_invalid", "union_tag_not_found"):
         got = err.get("input", {}).get("pass") if isinstance(err.get("input"), dict) else None
-        hint = did_you_mean(str(got), pass_names()) if got else ""
-        return (f"{source}: {where}.pass = {got!r} is not a pass{hint} "
+        hint = did_you_mean(str(got)[:100], pass_names()) if got else ""
+        return (f"{source}: {where}.pass = {_short(got)} is not a pass{hint} "
                 f"(passes: {', '.join(pass_names())})")
     if kind == "value_error":
         return f"{source}: {where} {err['msg'].removeprefix('Value error, ')}"
-    value = f" = {err['input']!r}" if not isinstance(err.get("input"), dict) else ""
+    value = f" = {_short(err['input'])}" if not isinstance(err.get("input"), dict) else ""
     hint = _field_description(err["loc"])
     return f"{source}: {where}{value}: {err['msg']}" + (f" ({hint})" if hint else "")
 

@@ -7,6 +7,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from compressor.sanity import chance_level
+
 if TYPE_CHECKING:
     from compressor.session import Session
 
@@ -39,7 +41,10 @@ def build_report(session: Session, rows: list[dict[str, Any]], verdict: dict[str
         "model": session.model_ref,
         "data": session.ctx.data.name,
         "baseline": {"metric": session.metric_name, "value": session.ctx.baseline_value,
-                     "size_bytes": session.info.size_bytes, "params": session.info.params},
+                     "size_bytes": session.info.size_bytes, "params": session.info.params,
+                     "chance_level": chance_level(session.ctx.metric or validation.metric,
+                                                  session.ctx.baseline_value,
+                                                  session.ctx.reference_outputs) is not None},
         "teacher": session.teacher_entry,
         "artifacts": rows,
         # batch-1 latency is timed in a fresh process per artifact with this many threads
@@ -75,7 +80,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"- Result: **{'PASSED' if report['passed'] else 'FAILED'}**"
         + ("" if report["passed"] else f" ({'; '.join(report['failures'])})"),
         f"- Baseline ({report['framework']} model): {metric} {base['value']:.4f}, "
-        f"{base['params']:,} params, {human_size(base['size_bytes'])} fp32 weights",
+        f"{base['params']:,} params, {human_size(base['size_bytes'])} fp32 weights"
+        + (" - **at chance level: the gate compares against a model that guesses**"
+           if base.get("chance_level") else ""),
         f"- Gate: {_gate_text(gate, metric)}; target device: {report['target'] or 'none'}"
         + (f" (budget {human_size(report['budget_bytes'])})" if report.get("budget_bytes") else ""),
         f"- Seed {report['seed']}; recipe sha256 {report['recipe']['sha256'][:12]}",

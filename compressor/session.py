@@ -5,7 +5,6 @@ here, so bad input fails the same way, fast, whichever way in.
 """
 from __future__ import annotations
 
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +19,9 @@ from compressor.errors import DataError, ModelLoadError, RecipeError
 from compressor.export import FORMATS
 from compressor.progress import Progress
 from compressor.recipe import Recipe, load_recipe
-from compressor.tensors import Arrays, output_index, output_list, take
+from compressor.tensors import Arrays, output_index, output_list, select_output, take
+from compressor.sanity import check_outputs, warn_if_chance
+from compressor.workspace import check_output_path, make_work_folder
 
 
 @dataclass
@@ -51,15 +52,16 @@ class Session:
 
 
 def open_session(model: Any, recipe: str | Path | Recipe, data: Any = "digits", *,
-                 teacher: Any = None, out_dir: str | Path = "dist", target: str | None = None,
+                 teacher: Any = None, out_dir: str | Path | None = "dist", target: str | None = None,
                  formats: tuple[str, ...] | None = None, seed: int = 0, weights: str | None = None,
                  teacher_weights: str | None = None, trust_pickle: bool = False,
                  force: bool = False, quiet: bool = False, latency: bool = True,
                  threads: int | None = None, metric: Any = None) -> Session:
     started = time.perf_counter()
     recipe = load_recipe(recipe)
-    out = Path(out_dir)
-    check_output_folder(out, force)
+    out = Path("." if out_dir is None else out_dir)   # None: named later (cz.prepare)
+    if out_dir is not None:
+        check_output_folder(out, force)
     requested = tuple(formats or ())
     formats = requested or tuple(recipe.export)
     unknown = [f for f in formats if f not in FORMATS]
@@ -95,18 +97,20 @@ def open_session(model: Any, recipe: str | Path | Recipe, data: Any = "digits", 
     if teacher_model is not None:
         teacher_info = _check_teacher_shapes(backend, loaded, info, teacher_model, data)
 
-    workdir = Path(tempfile.mkdtemp(prefix="compressor-work-"))
     x_val, y_val = data.val
     reference = backend.predict(loaded, x_val)
     metric_used = metric or recipe.validation.metric
     output = recipe.validation.output
+    check_outputs(reference, data, metric_used, output)
     baseline = validate.metric_value(metric_used, reference, y_val, reference, output)
+    warn_if_chance(metric_used, baseline, select_output(reference, output))
     teacher_entry = None
     if teacher_model is not None:
         teacher_outputs = backend.predict(teacher_model, x_val)
         teacher_entry = {"model": describe_ref(teacher), "params": teacher_info.params,
                          "metric_value": validate.metric_value(metric_used, teacher_outputs, y_val,
                                                                reference, output)}
+    workdir = make_work_folder()   # last: nothing above may leave it behind
     ctx = Context(data=data, progress=Progress(quiet=quiet), workdir=workdir, seed=seed,
                   teacher=teacher_model, formats=formats, validation=recipe.validation,
                   metric=metric, reference_outputs=reference, baseline_value=baseline,
@@ -122,11 +126,7 @@ def open_session(model: Any, recipe: str | Path | Recipe, data: Any = "digits", 
 
 
 def check_output_folder(out: Path, force: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise RecipeError(f"--out {out} is a file; give a folder")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise RecipeError(f"--out {out} exists and is not empty; pass --force to overwrite its "
-                          "artifacts and report, or choose another folder")
+    check_output_path(out, force)
 
 
 def _formats_written_by(backend: Backend, formats: tuple[str, ...],

@@ -33,8 +33,8 @@ from compressor.session import Session, check_output_folder, open_session
 from compressor.steps import QuantizeConfig, StepConfig
 
 # open_session checks an output folder, but a run's folder is only named at finalize (and
-# checked there); an existing folder with force=True passes that early check.
-UNNAMED_OUTPUT = Path(".")
+# checked there): None tells open_session there is none yet.
+UNNAMED_OUTPUT = None
 
 
 def prepare(model: Any, recipe: str | Path | Recipe, data: Any = "digits", *,

@@ -50,3 +50,14 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: int = 600) -> subproce
 @pytest.fixture
 def cli():
     return run_cli
+
+
+@pytest.fixture(scope="session")
+def untrained_keras_file(tmp_path_factory):
+    """An untrained tf_keras digits CNN saved as .keras, for tests whose runs fail before
+    training or do not care about accuracy (it scores at chance level)."""
+    from compressor.backends.examples import keras_digits_cnn
+
+    path = tmp_path_factory.mktemp("untrained") / "digits.keras"
+    keras_digits_cnn().save(path)
+    return path

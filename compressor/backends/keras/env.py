@@ -36,7 +36,7 @@ def _first_tensorflow_import() -> ModuleType:
     """
     from compressor.quiet import captured_native_output, log_tail
 
-    handle, log_name = tempfile.mkstemp(prefix="compressor-tf-import-", suffix=".log")
+    handle, log_name = tempfile.mkstemp(prefix=f"compressor-work-{os.getpid()}-tf-import-", suffix=".log")
     os.close(handle)
     log = Path(log_name)
     try:

@@ -18,12 +18,12 @@ from compressor.backends.keras.env import (
     is_keras3_model,
     is_tf_keras_model,
 )
+from compressor.backends.keras.config_scan import refused, stored_code
 from compressor.errors import ModelLoadError, first_line
 
 # What tf_keras / h5py / zipfile raise for unreadable, truncated or unknown content.
 LOAD_ERRORS = (OSError, ValueError, TypeError, KeyError, IndexError, ImportError, EOFError,
                AttributeError, zipfile.BadZipFile)
-LAMBDA_MARKERS = (b'"class_name": "Lambda"', b'"class_name":"Lambda"')
 TFMOT_LAYER_MODULE = "tensorflow_model_optimization"
 TFMOT_MARKERS = (b"QuantizeWrapper", b"QuantizeLayer", b"QuantizeAnnotate", b"PruneLowMagnitude")
 
@@ -81,9 +81,11 @@ def _tfmot_custom_objects():
 
 
 def _load_file(path: Path, trust_pickle: bool) -> Any:
-    config, keras_version = _stored_config(path)
-    if not trust_pickle and any(marker in config for marker in LAMBDA_MARKERS):
-        raise _lambda_refused(path)   # checked here: legacy .h5 loading would run it unasked
+    configs, keras_version = _stored_configs(path)
+    code = None if trust_pickle else stored_code(path, configs)
+    if code:
+        raise refused(path, code)   # checked here: legacy .h5 loading would run it unasked
+    config = b"".join(c.encode() if isinstance(c, str) else c for c in configs)
     try:
         return _tf_keras_load(path, trust_pickle,
                               tfmot_layers=any(marker in config for marker in TFMOT_MARKERS))
@@ -96,21 +98,24 @@ def _load_file(path: Path, trust_pickle: bool) -> Any:
     return rebuild_in_tf_keras(_keras3_load(path, trust_pickle), source=str(path))
 
 
-def _stored_config(path: Path) -> tuple[bytes, str]:
-    """(model config as stored, Keras version that wrote it), or why the file is unusable."""
+def _stored_configs(path: Path) -> tuple[list[bytes], str]:
+    """(the model's JSON configs as stored, Keras version that wrote it), or why the file is
+    unusable. A SavedModel stores one JSON config per saved object."""
     if not path.exists():
         raise ModelLoadError(f"model {path} does not exist; check the path")
     if path.is_dir():
-        return _saved_model_config(path), ""
+        return _saved_model_configs(path), ""
     if path.suffix == ".keras":
-        return _keras_archive_config(path)
+        config, version = _keras_archive_config(path)
+        return [config], version
     if path.suffix in (".h5", ".hdf5"):
-        return _h5_config(path)
+        config, version = _h5_config(path)
+        return [config], version
     raise ModelLoadError(f"{path}: unsupported Keras model format {path.suffix or '(none)'}; "
                          "use .keras, .h5 or a SavedModel folder")
 
 
-def _saved_model_config(path: Path) -> bytes:
+def _saved_model_configs(path: Path) -> list[bytes]:
     if not (path / "saved_model.pb").is_file():
         raise ModelLoadError(f"{path} is a folder but not a SavedModel (no saved_model.pb); "
                              "pass the model file or the SavedModel folder itself")
@@ -118,7 +123,17 @@ def _saved_model_config(path: Path) -> bytes:
     if not metadata.is_file():
         raise ModelLoadError(f"{path} is a TensorFlow SavedModel without Keras metadata; "
                              "compressor needs the Keras model: save it with model.save('model.keras')")
-    return metadata.read_bytes()
+    import_tf_keras()   # the proto module below lives in tf_keras' package
+    from google.protobuf.message import DecodeError
+    from tf_keras.protobuf import saved_metadata_pb2
+
+    saved = saved_metadata_pb2.SavedMetadata()
+    try:
+        saved.ParseFromString(metadata.read_bytes())
+    except DecodeError:
+        raise ModelLoadError(f"{metadata} is corrupt; save the model again with "
+                             "model.save('model.keras')") from None
+    return [node.metadata.encode() for node in saved.nodes if node.metadata]
 
 
 def _keras_archive_config(path: Path) -> tuple[bytes, str]:
@@ -185,9 +200,7 @@ def _load_failed(path: Path, exc: BaseException, loader: str) -> ModelLoadError:
 
 
 def _lambda_refused(path: Path) -> ModelLoadError:
-    return ModelLoadError(f"{path} contains a Lambda layer; loading it runs Python code stored in "
-                          "the file. Pass --trust-pickle if you trust it, or replace the Lambda "
-                          "with a built-in layer")
+    return refused(path, "a Lambda layer")
 
 
 def _load_weights(model: Any, path: Path) -> None:

@@ -106,6 +106,9 @@ def _import_module(name: str, function_name: str) -> Any:
         raise ModelLoadError(f"cannot import {name} ({exc}); the module must be importable from "
                              "the current directory or PYTHONPATH, or give a file: "
                              f"path/to/file.py:{function_name}") from None
+    except Exception as exc:   # user code failed at import: a load problem, keep the cause
+        raise ModelLoadError(f"importing {name} raised {type(exc).__name__}: "
+                             f"{first_line(exc)}; fix the module") from exc
 
 
 def _import_file(path: Path) -> Any:
