@@ -44,6 +44,12 @@ class DeviceBudgetError(CompressorError):
     exit_code = 4
 
 
+class FormatsIncompleteError(CompressorError):
+    """Some requested formats could not be produced; the others are written and validated."""
+
+    exit_code = 5
+
+
 def first_line(exc: BaseException, limit: int = 240) -> str:
     """The first line of an exception's message (or its type name), cut to `limit` characters:
     what an error message quotes from a library's multi-line failure text."""

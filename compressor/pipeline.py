@@ -17,20 +17,22 @@ from typing import Any
 import compressor.passes  # noqa: F401  (fills the pass registry)
 from compressor import validate
 from compressor.context import ModelState
-from compressor.errors import AccuracyGateError, DeviceBudgetError
+from compressor.errors import (AccuracyGateError, BackendUnavailableError, DeviceBudgetError,
+                               FormatsIncompleteError, first_line)
 from compressor.export.int8 import export_checked
 from compressor.recipe import Recipe
 from compressor.registry import get_pass
 from compressor.report import build_report, write_report
 from compressor.session import Session, open_session
-from compressor.steps import StepConfig
+from compressor.steps import QuantizeConfig, StepConfig
 from compressor.workspace import (check_output_path, make_staging_folder, output_lock, publish,
                                   removed_after)
 
 
 @dataclass
 class Result:
-    """What a run produced. `exit_code`: 0 passed, 3 accuracy gate failed, 4 over budget."""
+    """What a run produced. `exit_code`: 0 passed, 3 accuracy gate failed, 4 over budget,
+    5 some formats could not be produced."""
 
     passed: bool
     exit_code: int
@@ -39,13 +41,15 @@ class Result:
     report: dict[str, Any]
 
     def check(self) -> Result:
-        """This result if it passed; else AccuracyGateError (exit 3) or DeviceBudgetError
-        (exit 4) naming every failure. The artifacts and report stay written either way."""
-        if self.passed:
+        """This result if it passed; else AccuracyGateError (exit 3), DeviceBudgetError (exit 4)
+        or FormatsIncompleteError (exit 5) naming every failure. The artifacts and report stay
+        written either way."""
+        if self.exit_code == 0:
             return self
         failures = "; ".join(self.report["failures"])
-        error = AccuracyGateError if self.exit_code == AccuracyGateError.exit_code \
-            else DeviceBudgetError
+        error = {AccuracyGateError.exit_code: AccuracyGateError,
+                 DeviceBudgetError.exit_code: DeviceBudgetError}.get(self.exit_code,
+                                                                     FormatsIncompleteError)
         raise error(f"{failures} (artifacts and report in {self.out_dir})")
 
 
@@ -68,9 +72,10 @@ def finish(session: Session, state: ModelState) -> Result:
     with removed_after(session.ctx.workdir):
         staging = make_staging_folder(session.out_dir)
         try:
-            artifacts = _export_all(session, state, staging)
+            artifacts, failed = _export_all(session, state, staging)
             rows = _validate_all(session, artifacts)
-            report = build_report(session, rows, _judge(session, rows))
+            report = build_report(session, rows, _judge(session, rows, state, failed))
+            report["failed_formats"] = failed
             for section in state.sections:
                 report[section.key] = section.report(artifacts)
             write_report(report, staging)
@@ -92,15 +97,38 @@ def compress(model: Any, recipe: str | Path | Recipe, data: Any = "digits", **op
             return finish(session, run_steps(session))
 
 
-def _export_all(session: Session, state: ModelState, staging: Path) -> dict[str, Path]:
-    artifacts = {}
+FORMAT_ERROR_CHARS = 300   # a failed format's error in report.json and on the console
+
+
+def _export_all(session: Session, state: ModelState,
+                staging: Path) -> tuple[dict[str, Path], list[dict[str, str]]]:
+    """Every format that can be produced, and the ones that could not (format, one-line
+    error, the converter's log kept under logs/ in --out). None produced: the first error."""
+    artifacts, failed, first_error = {}, [], None
     for fmt in session.ctx.formats:
         started = time.perf_counter()
         session.ctx.progress.info(f"export {fmt}")
-        artifacts[fmt] = export_checked(session.backend, state, fmt, staging / f"model.{fmt}",
-                                        session.ctx)
+        try:
+            artifacts[fmt] = export_checked(session.backend, state, fmt,
+                                            staging / f"model.{fmt}", session.ctx)
+        except BackendUnavailableError as exc:
+            first_error = first_error or exc
+            failed.append({"format": fmt, "error": first_line(exc, FORMAT_ERROR_CHARS),
+                           "logs": _kept_logs(session.ctx.workdir, staging)})
+            session.ctx.progress.info(f"warning: {fmt} not produced: {failed[-1]['error']}")
         session.timings[f"export_{fmt}"] = time.perf_counter() - started
-    return artifacts
+    if not artifacts and first_error is not None:
+        raise first_error
+    return artifacts, failed
+
+
+def _kept_logs(workdir: Path, staging: Path) -> str | None:
+    """The run's converter logs, copied into the published folder (the work folder goes)."""
+    logs = Path(workdir) / "logs"
+    if not logs.is_dir():
+        return None
+    shutil.copytree(logs, staging / "logs", dirs_exist_ok=True)
+    return "logs/"
 
 
 def _validate_all(session: Session, artifacts: dict[str, Path]) -> list[dict[str, Any]]:
@@ -116,12 +144,15 @@ def _validate_all(session: Session, artifacts: dict[str, Path]) -> list[dict[str
     return rows
 
 
-def _judge(session: Session, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Apply the accuracy gate and the device budget to each artifact (mutates rows' fits_target)."""
+def _judge(session: Session, rows: list[dict[str, Any]], state: ModelState,
+           failed: list[dict[str, str]]) -> dict[str, Any]:
+    """Apply the accuracy gate, the int8 weight share and the device budget to each artifact
+    (mutates rows' fits_target); formats not produced give exit 5 when all else passed."""
     validation = session.recipe.validation
     failures = [f"{row['path']} {validation.metric} drop {row['drop']:.4f} > {validation.max_drop}"
                 for row in rows if not validate.gate_passes(validation, row["metric_value"],
                                                             row["drop"])]
+    failures += _int8_share_failures(state, rows)
     gate_passed = not failures
     profile = None
     if session.target:
@@ -136,7 +167,22 @@ def _judge(session: Session, rows: list[dict[str, Any]]) -> dict[str, Any]:
     fits = all(row["fits_target"] for row in rows)
     exit_code = 0 if gate_passed and fits else (AccuracyGateError.exit_code if not gate_passed
                                                 else DeviceBudgetError.exit_code)
+    if failed:
+        failures += [f"{f['format']} not produced: {f['error']}" for f in failed]
+        exit_code = exit_code or FormatsIncompleteError.exit_code
     return {"gate_passed": gate_passed, "fits": fits,
             "budget_bytes": None if profile is None else profile.budget_bytes,
             "failures": failures, "exit_code": exit_code}
 
+
+
+def _int8_share_failures(state: ModelState, rows: list[dict[str, Any]]) -> list[str]:
+    """An int8 run's artifacts must hold >= 90% int8 weight bytes (unless the quantize
+    fallback kept layers float on purpose): a converter that left the weights float must not
+    pass as int8."""
+    if state.last(QuantizeConfig) is None or state.float_layers:
+        return []
+    return [f"{row['path']} holds only {row['int8_weight_share']:.0%} int8 weight bytes "
+            f"(< {validate.MIN_INT8_WEIGHT_SHARE:.0%}); largest float tensors: "
+            f"{', '.join(row['largest_float_weights'])}" for row in rows
+            if row["int8_weight_share"] < validate.MIN_INT8_WEIGHT_SHARE]

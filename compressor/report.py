@@ -52,7 +52,7 @@ def build_report(session: Session, rows: list[dict[str, Any]], verdict: dict[str
                                  if row.get("latency_threads")), None),
         "gate": {"max_drop": validation.max_drop, "min_fidelity": validation.min_fidelity,
                  "passed": verdict["gate_passed"]},
-        "passed": verdict["gate_passed"] and verdict["fits"],
+        "passed": verdict["exit_code"] == 0,
         "exit_code": verdict["exit_code"],
         "failures": verdict["failures"],
         "timings_s": {k: round(v, 3) for k, v in session.timings.items()},

@@ -46,6 +46,22 @@ def mean_cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.mean(cos))
 
 
+MIN_INT8_WEIGHT_SHARE = 0.9   # below it an "int8" artifact fails the gate
+
+
+def int8_weight_share(weights) -> tuple[float, list[str]]:
+    """The int8 fraction of all weight bytes in an artifact, and its largest float tensors
+    ("name (dtype, KB)"), which the gate names when the share is too low."""
+    sizes = [(w, w.size * np.dtype(w.dtype).itemsize) for w in weights]
+    total = sum(size for _, size in sizes)
+    if not total:
+        return 1.0, []
+    int8 = sum(size for w, size in sizes if w.dtype in ("int8", "uint8"))
+    floats = sorted(((size, w) for w, size in sizes if w.dtype.startswith("float")),
+                    key=lambda pair: -pair[0])
+    return int8 / total, [f"{w.name} ({w.dtype}, {size / 1024:.1f} KB)" for size, w in floats[:3]]
+
+
 def drop(metric: str | MetricFn, baseline: float, value: float) -> float:
     """How much worse `value` is than `baseline` (positive = worse)."""
     return value - baseline if metric == "mse" else baseline - value
@@ -74,7 +90,9 @@ def evaluate_artifact(path, data, reference: np.ndarray, baseline: float,
         from compressor.runtimes.latency import measure_latency
 
         timing = measure_latency(path, take(x_val, slice(0, 1)), runtime.threads)
+    share, largest_float = int8_weight_share(info.weights)
     return {
+        "int8_weight_share": round(share, 6), "largest_float_weights": largest_float,
         "format": info.format, "path": info.path.name,
         "size_bytes": info.size_bytes, "gzip_bytes": info.gzip_bytes, "sha256": info.sha256,
         "metric_value": value, "drop": drop(metric, baseline, value),

@@ -29,6 +29,7 @@ class ModelInfo:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     size_bytes: int                       # weight bytes as the framework holds them
+    layer_kinds: frozenset[str] = frozenset()   # attention / layernorm / embedding / recurrent
 
     @property
     def input_shape(self) -> tuple[int | None, ...]:

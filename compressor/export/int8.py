@@ -22,7 +22,9 @@ def export_checked(backend: Any, state: ModelState, fmt: str, path: Path, ctx: C
     the backend (a Backend; not named here, export/ never imports backends/)."""
     written = backend.export(state, fmt, path, ctx)
     quantize = state.last(QuantizeConfig)
-    if quantize is not None:
+    # dynamic / weight_only compute in float by design; their int8 weights are checked by
+    # the weight-share gate on every int8 artifact (validate.int8_weight_share)
+    if quantize is not None and quantize.mode in ("qat", "ptq"):
         require_int8_kernels(written, quantize.mode, len(state.float_layers))
     return written
 

@@ -22,22 +22,32 @@ from compressor.tensors import matched
 CALIBRATION_BATCH = 32
 
 
-def int8_onnx_from_float(proto: Any, samples: np.ndarray | dict[str, np.ndarray],
-                         float_layers: Sequence[str], fallback_dtype: str, workdir: Path) -> Any:
-    """The static int8 QDQ model of the float32 `proto`, calibrated on `samples` (one array
-    for a single-input model, or input name -> array); the kernels of `float_layers` (layer
-    names / module paths, matched as precision `exclude` patterns are) stay float."""
+def int8_onnx_from_float(proto: Any, samples: Any, float_layers: Sequence[str],
+                         fallback_dtype: str, workdir: Path, mode: str = "ptq") -> Any:
+    """The int8 model of the float32 `proto` in quantize `mode`: ptq (and qat's trained
+    weights) static QDQ calibrated on `samples` (one array for a single-input model, or input
+    name -> array; a callable giving them, asked only for ptq / qat); dynamic; weight_only.
+    The kernels of `float_layers` (layer names / module paths, matched as precision
+    `exclude` patterns are) stay float."""
     import onnx
 
-    from compressor.export.onnx_quant import calibration_batches, quantize_onnx_static
+    from compressor.export import onnx_quant
 
     folder = Path(workdir) / "onnx-int8"
     folder.mkdir(parents=True, exist_ok=True)
     source, target = folder / "float32.onnx", folder / "int8.onnx"
     onnx.save(proto, str(source))
-    quantize_onnx_static(source, target, calibration_batches(_feeds(proto, samples),
-                                                             CALIBRATION_BATCH),
-                         exclude_nodes=float_kernel_names(proto, float_layers))
+    excluded = float_kernel_names(proto, float_layers)
+    if mode == "dynamic":
+        onnx_quant.quantize_onnx_dynamic(source, target, exclude_nodes=excluded)
+    elif mode == "weight_only":
+        onnx_quant.quantize_onnx_weight_only(source, target, exclude_nodes=excluded)
+    else:
+        samples = samples() if callable(samples) else samples
+        onnx_quant.quantize_onnx_static(
+            source, target, onnx_quant.calibration_batches(_feeds(proto, samples),
+                                                           CALIBRATION_BATCH),
+            exclude_nodes=excluded)
     result = onnx.load(str(target))
     if float_layers:
         from compressor.export.onnx_mixed import keep_float_kernels

@@ -116,3 +116,21 @@ def signature_names(content: bytes) -> dict[str, str]:
     signature = next(iter(signatures.values()))
     return {tensor_names[index]: name for side in ("inputs", "outputs")
             for name, index in signature[side].items() if index in tensor_names}
+
+
+POST_TRAINING_RECIPES = {"dynamic": "dynamic_wi8_afp32", "weight_only": "weight_only_wi8_afp32"}
+
+
+def int8_weights(content: bytes, mode: str) -> bytes:
+    """A float TFLite with int8 weights (per channel) by ai-edge-quantizer: `dynamic`
+    quantizes activations at run time, `weight_only` keeps float compute (a DEQUANTIZE per
+    weight). Covers FULLY_CONNECTED / CONV / BATCH_MATMUL / EMBEDDING_LOOKUP / GATHER weights,
+    so embedding tables and unrolled recurrent kernels are int8 too."""
+    from ai_edge_quantizer import quantizer, recipe
+
+    from compressor.quiet import muted_native_output
+
+    engine = quantizer.Quantizer(bytearray(content))
+    engine.load_quantization_recipe(getattr(recipe, POST_TRAINING_RECIPES[mode])())
+    with muted_native_output():   # it prints a size summary on stdout
+        return bytes(engine.quantize().quantized_model)

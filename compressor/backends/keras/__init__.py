@@ -63,7 +63,7 @@ class KerasBackend:
     def quantize(self, state: ModelState, config: QuantizeConfig, ctx: Context) -> ModelState:
         """qat: a fine-tuned fake-quant model. ptq: the model stays float; export calibrates
         it on `calibration_samples` training inputs."""
-        if config.mode == "ptq":
+        if config.mode != "qat":   # ptq / dynamic / weight_only: the exporters quantize
             return state
         from compressor.backends.keras.optimize import quantization_aware_model
 

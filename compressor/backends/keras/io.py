@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from compressor.backends.base import ModelInfo
+from compressor.int8_mode import layer_kinds
 from compressor.tensors import Arrays, TensorSpec, concat, matched, rows, take
 
 FLOAT32_BYTES = 4
@@ -34,8 +35,9 @@ def describe(model: Any) -> ModelInfo:
     params = int(model.count_params())
     outputs = tuple(TensorSpec(name, (None, *tuple(t.shape)[1:]), t.dtype.name)
                     for name, t in zip(output_names(model), model.outputs))
+    classes = [type(layer).__name__ for layer in model.submodules]
     return ModelInfo(params=params, inputs=input_specs(model), outputs=outputs,
-                     size_bytes=params * FLOAT32_BYTES)
+                     size_bytes=params * FLOAT32_BYTES, layer_kinds=layer_kinds(classes))
 
 
 def model_inputs(model: Any, x: Arrays) -> Any:

@@ -56,12 +56,12 @@ def _int8_onnx(state: ModelState, quantize: QuantizeConfig, ctx: Context, log: P
     from compressor.backends.training_data import calibration_samples
     from compressor.export.onnx_int8 import int8_onnx_from_float
 
-    model = without_fake_quant(state.model)
+    model = without_fake_quant(state.model) if quantize.mode == "qat" else state.model
     proto = _float_onnx(model, log)
     renamed_io(proto, original_names(model, ctx))
-    samples = calibration_samples(ctx, quantize.calibration_samples)
-    return int8_onnx_from_float(proto, samples, state.float_layers, quantize.fallback_dtype,
-                                Path(ctx.workdir))
+    return int8_onnx_from_float(
+        proto, lambda: calibration_samples(ctx, quantize.calibration_samples),
+        state.float_layers, quantize.fallback_dtype, Path(ctx.workdir), quantize.mode)
 
 
 def _tf2onnx(log: Path, kind: str, convert) -> Any:

@@ -16,7 +16,7 @@ from compressor.backends.keras.env import import_tensorflow
 from compressor.backends.keras.io import original_names
 from compressor.backends.training_data import calibration_samples
 from compressor.errors import BackendUnavailableError, RecipeError, first_line
-from compressor.export.tflite import renamed_signature
+from compressor.export.tflite import POST_TRAINING_RECIPES, int8_weights, renamed_signature
 from compressor.quiet import captured_native_output, log_tail
 from compressor.steps import PrecisionConfig, QuantizeConfig
 from compressor.tensors import matched, rows
@@ -48,7 +48,10 @@ class ConversionCache:
 
 def tflite_from_keras(state: ModelState, path: Path, ctx: Context, cache: ConversionCache) -> Path:
     quantize, precision = state.last(QuantizeConfig), state.last(PrecisionConfig)
-    if quantize is not None:
+    if quantize is not None and quantize.mode in POST_TRAINING_RECIPES:
+        content = int8_weights(_convert(state.model, ctx, "float32", lambda converter, tf: None),
+                               quantize.mode)
+    elif quantize is not None:
         content = int8_tflite(state, ctx, cache, io_dtype=quantize.io_dtype)
     elif precision is not None and precision.exclude:
         content = _float16_except(state.model, precision, ctx)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from compressor.backends.base import ModelInfo
+from compressor.int8_mode import layer_kinds
 from compressor.errors import BackendUnavailableError, ModelLoadError, first_line
 from compressor.kernel_ops import ONNX_KERNEL_INPUTS
 from compressor.tensors import Arrays, TensorSpec
@@ -173,7 +174,8 @@ def describe_onnx(model: OnnxModel) -> ModelInfo:
     return ModelInfo(params=sum(int(w.size) for w in weights if w.dtype.kind == "f"),
                      inputs=tensor_specs(graph.input, initializers),
                      outputs=tensor_specs(graph.output, set()),
-                     size_bytes=sum(int(w.nbytes) for w in weights))
+                     size_bytes=sum(int(w.nbytes) for w in weights),
+                     layer_kinds=layer_kinds(node.op_type for node in graph.node))
 
 
 def predict_onnx(model: OnnxModel, x: Arrays, batch_size: int = 256) -> Arrays:

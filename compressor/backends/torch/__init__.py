@@ -63,6 +63,8 @@ class TorchBackend:
         calibrated) hold the int8 ranges; export converts it."""
         from compressor.backends.torch.quant import ptq_model, qat_model
 
+        if config.mode in ("dynamic", "weight_only"):
+            return state   # no ranges to learn: the exporters quantize the float model
         model = qat_model(state, config, ctx) if config.mode == "qat" else \
             ptq_model(state, config, ctx)
         return state.replace(model=model)

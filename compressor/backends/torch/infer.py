@@ -13,6 +13,7 @@ from compressor.backends.torch.io import (SINGLE_OUTPUT, as_tensors, call, feed_
                                           flat_outputs, input_names, named_numpy)
 from compressor.backends.torch.train import is_exported, set_mode
 from compressor.errors import DataError, first_line
+from compressor.int8_mode import layer_kinds
 from compressor.tensors import (Arrays, TensorSpec, concat, is_integer, is_named, specs_of, take)
 from compressor.tensors import rows as rows_of
 
@@ -48,7 +49,7 @@ def describe(model: torch.nn.Module, example: Arrays | None = None) -> ModelInfo
         if declared is None:
             raise DataError(f"describing a {type(model).__name__} needs example inputs (a few "
                             "rows of data): a PyTorch module does not declare its input shape")
-        return ModelInfo(params, *declared, size)
+        return ModelInfo(params, *declared, size, layer_kinds(_layer_names(model)))
     rows = take(example, slice(0, 2))
     names = input_names(model)
     given = specs_of(rows, SINGLE_INPUT)
@@ -59,7 +60,16 @@ def describe(model: torch.nn.Module, example: Arrays | None = None) -> ModelInfo
                         f"({first_line(exc)}); forward() takes {', '.join(names)}: check the "
                         f"data's shapes, dtypes and names{_layout_hint(given)}") from None
     inputs = declared[0] if declared else _named_like(given, names, rows)
-    return ModelInfo(params, inputs, specs_of(outputs, SINGLE_OUTPUT), size)
+    return ModelInfo(params, inputs, specs_of(outputs, SINGLE_OUTPUT), size,
+                     layer_kinds(_layer_names(model)))
+
+
+def _layer_names(model: torch.nn.Module) -> list[str]:
+    """Module class names; for an exported graph, its op names too."""
+    names = [type(m).__name__ for m in model.modules()]
+    if is_exported(model):
+        names += [str(node.target) for node in model.graph.nodes if node.op == "call_function"]
+    return names
 
 
 def _named_like(given: tuple[TensorSpec, ...], names: list[str], rows: Arrays) -> tuple:

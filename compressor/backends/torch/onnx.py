@@ -36,9 +36,9 @@ def onnx_from_torch(state: ModelState, path: Path, ctx: Context, example: Arrays
     import_onnx()   # a typed error naming the package when onnx / onnxscript are missing
     log = Path(ctx.workdir) / "logs" / "onnx-export.log"
     quantize, precision = state.last(QuantizeConfig), state.last(PrecisionConfig)
-    if quantize is not None:
+    if quantize is not None and quantize.mode in ("ptq", "qat"):
         module = float_graph(state.model)
-    else:
+    else:   # float, or dynamic / weight_only int8 (made from the float graph)
         module = state.model
         set_mode(module, training=False)
     proto = _exported_proto(module, example, log, "float32", ctx)
@@ -47,9 +47,9 @@ def onnx_from_torch(state: ModelState, path: Path, ctx: Context, example: Arrays
         from compressor.export.onnx_int8 import int8_onnx_from_float
 
         # Before stripping: float_layers match the module paths in the node metadata.
-        samples = calibration_samples(ctx, quantize.calibration_samples)
-        proto = int8_onnx_from_float(proto, samples, state.float_layers,
-                                     quantize.fallback_dtype, Path(ctx.workdir))
+        proto = int8_onnx_from_float(
+            proto, lambda: calibration_samples(ctx, quantize.calibration_samples),
+            state.float_layers, quantize.fallback_dtype, Path(ctx.workdir), quantize.mode)
     if precision is not None and quantize is None:
         # Before stripping: `exclude` patterns match the module paths in the node metadata.
         proto = float16_onnx(proto, precision)

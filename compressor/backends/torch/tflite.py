@@ -23,7 +23,8 @@ from compressor.backends.torch.io import as_tensors, exportable
 from compressor.backends.torch.train import set_mode
 from compressor.tensors import take
 from compressor.errors import BackendUnavailableError, first_line
-from compressor.export.tflite import float16_weights, renamed_signature
+from compressor.export.tflite import (POST_TRAINING_RECIPES, float16_weights, int8_weights,
+                                      renamed_signature)
 from compressor.quiet import captured_native_output, log_tail
 from compressor.steps import PrecisionConfig, QuantizeConfig
 
@@ -41,7 +42,11 @@ def tflite_from_torch(state: ModelState, path: Path, ctx: Context, example: Arra
     sample = tuple(as_tensors(state.model, take(example, slice(0, 1)), names))
     log = Path(ctx.workdir) / "logs" / "tflite-convert.log"
     quantize, precision = state.last(QuantizeConfig), state.last(PrecisionConfig)
-    if quantize is not None:
+    if quantize is not None and quantize.mode in POST_TRAINING_RECIPES:
+        set_mode(state.model, training=False)
+        content = int8_weights(_convert(exportable(state.model, list(sample), names), sample,
+                                        None, log, "float32"), quantize.mode)
+    elif quantize is not None:
         float_io = quantize.io_dtype == "float32"
         module, kind = converted(state.model, fold_quantize=False), "int8"
         content = _convert(module, sample, _static_int8_config(), log, kind, float_io)
