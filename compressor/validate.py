@@ -47,12 +47,16 @@ def mean_cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 MIN_INT8_WEIGHT_SHARE = 0.9   # below it an "int8" artifact fails the gate
+MATRIX_ELEMENTS = 1024        # weights this large are matrices / tables int8 must cover
 
 
 def int8_weight_share(weights) -> tuple[float, list[str]]:
-    """The int8 fraction of all weight bytes in an artifact, and its largest float tensors
+    """The int8 fraction of the weight bytes in an artifact's matrices and tables (tensors of
+    >= 1024 elements: kernels, embedding tables, recurrent weights; biases, norms, scales and
+    small position tables stay float by design), and its largest float tensors
     ("name (dtype, KB)"), which the gate names when the share is too low."""
-    sizes = [(w, w.size * np.dtype(w.dtype).itemsize) for w in weights]
+    sizes = [(w, w.size * np.dtype(w.dtype).itemsize) for w in weights
+             if w.size >= MATRIX_ELEMENTS]
     total = sum(size for _, size in sizes)
     if not total:
         return 1.0, []
