@@ -18,6 +18,11 @@ pytestmark = pytest.mark.slow
 MODELS = {"lstm": lambda: km.token_rnn("LSTM"), "gru": lambda: km.token_rnn("GRU"),
           "encoder": km.token_encoder}
 ROWS = 24   # rows fed in the statelessness checks
+# int8 share of weight elements in the int8 TFLite. An unrolled GRU's FULLY_CONNECTED ops get
+# one int32 bias per time step (the bias scale follows each step's hidden-state scale): at this
+# toy size (3 x 32 units, 8 steps) that is ~16% of the elements. LSTM adds its bias in an
+# int8 ADD instead.
+MIN_INT8_SHARE = {"lstm": 0.99, "gru": 0.8, "encoder": 0.98}
 
 
 @pytest.fixture(scope="module")
@@ -73,11 +78,12 @@ def test_onnx_has_only_standard_ops(model, fp16):
         assert "Erf" in ops
 
 
-def test_int8_tflite_passes(int8):
+def test_int8_tflite_passes(model, int8):
     assert int8.exit_code == 0 and int8.passed
     entry = _artifacts(int8)["tflite"]
     assert entry["metric_value"] >= 0.85
-    assert entry["weight_dtypes"].get("int8", 0) >= 0.9
+    kind = model.name.removeprefix("token_")
+    assert entry["weight_dtypes"].get("int8", 0) >= MIN_INT8_SHARE[kind], entry["weight_dtypes"]
 
 
 def test_artifacts_are_stateless(fp16, int8, data):

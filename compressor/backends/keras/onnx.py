@@ -94,6 +94,7 @@ def _tf2onnx(log: Path, kind: str, convert) -> Any:
     unsupported = sorted({node.op_type for node in proto.graph.node
                           if node.domain not in STANDARD_DOMAINS or node.op_type.startswith("TFL_")})
     if unsupported:
+        more = f" and {len(unsupported) - 8} more" if len(unsupported) > 8 else ""
         raise BackendUnavailableError(f"tf2onnx left ops ONNX runtimes cannot run: "
-                                      f"{', '.join(unsupported)}; export tflite only")
+                                      f"{', '.join(unsupported[:8])}{more}; export tflite only")
     return proto
