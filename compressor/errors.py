@@ -54,3 +54,22 @@ def first_line(exc: BaseException, limit: int = 240) -> str:
     """The first line of an exception's message (or its type name), cut to `limit` characters:
     what an error message quotes from a library's multi-line failure text."""
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:limit]
+
+
+MESSAGE_LIMIT = 300   # a converter failure is one `error:` line of at most this many characters
+
+
+def converter_failure(what: str, exc: BaseException, fix: str, log: object) -> str:
+    """One line (<= MESSAGE_LIMIT characters) for a converter's multi-line failure text: the
+    first `error:` it reports (MLIR source locations dropped), what to do, and the log file
+    that holds the full text."""
+    lines = str(exc).strip().splitlines()
+    errors = [line.split("error: ", 1)[1] for line in lines if "error: " in line]
+    reason = (errors or lines or [type(exc).__name__])[0].strip()
+    if reason.startswith("loc("):   # loc(fused[...]): message
+        reason = reason.split("): ", 1)[-1]
+    tail = f"; {fix} (full log: {log})"
+    room = max(MESSAGE_LIMIT - len(what) - len(" failed: ") - len(tail), 40)
+    if len(reason) > room:
+        reason = reason[:room - 3] + "..."
+    return f"{what} failed: {reason}{tail}"[:MESSAGE_LIMIT]

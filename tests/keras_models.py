@@ -141,3 +141,42 @@ def onnx_kernel_weights(path: Path) -> list[np.ndarray]:
 def zero_fraction(tensors: list[np.ndarray]) -> float:
     total = sum(t.size for t in tensors)
     return float(sum(int(np.count_nonzero(t == 0)) for t in tensors) / total)
+
+
+SEQUENCE_VOCAB, SEQUENCE_LENGTH = 20, 8
+
+
+def token_data(train: int = 600, val: int = 200, seed: int = 0) -> Data:
+    """Synthetic int32 token sequences: is token 3 more frequent than token 7? Order does not
+    matter, so a recurrent and an attention model both learn it in a couple of epochs."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(1, SEQUENCE_VOCAB, (train + val, SEQUENCE_LENGTH)).astype(np.int32)
+    y = ((x == 3).sum(1) > (x == 7).sum(1)).astype(np.int64)
+    return Data(train=(x[:train], y[:train]), val=(x[train:], y[train:]))
+
+
+def token_rnn(kind: str, seed: int = 0, length: int | None = SEQUENCE_LENGTH) -> Any:
+    """Embedding + LSTM / GRU / SimpleRNN (as users build it: unroll=False) + logits."""
+    keras = tf_keras()
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential([
+        keras.Input((length,), dtype="int32"),
+        keras.layers.Embedding(SEQUENCE_VOCAB, 16),
+        getattr(keras.layers, kind)(32),
+        keras.layers.Dense(2),
+    ], name=f"token_{kind.lower()}")
+
+
+def token_encoder(seed: int = 0) -> Any:
+    """A one-block transformer encoder on int32 ids: MultiHeadAttention, LayerNormalization,
+    exact GELU (Keras writes it with Erfc), mean pooling, logits."""
+    keras = tf_keras()
+    keras.utils.set_random_seed(seed)
+    layers = keras.layers
+    ids = keras.Input((SEQUENCE_LENGTH,), dtype="int32")
+    x = layers.Embedding(SEQUENCE_VOCAB, 32)(ids)
+    x = layers.LayerNormalization()(x + layers.MultiHeadAttention(2, 16)(x, x))
+    feed_forward = layers.Dense(32)(layers.Dense(64, activation="gelu")(x))
+    x = layers.LayerNormalization()(x + feed_forward)
+    logits = layers.Dense(2)(layers.GlobalAveragePooling1D()(x))
+    return keras.Model(ids, logits, name="token_encoder")

@@ -87,10 +87,27 @@ def float16_onnx(proto: Any, precision: Any) -> Any:
         from compressor.export.onnx_mixed import restore_float32_weights
 
         restore_float32_weights(converted, originals, set(blocked))
+    _casts_match_their_outputs(converted)
     from onnxruntime.transformers.onnx_model import OnnxModel
 
     OnnxModel(converted).topological_sort()   # the input Casts it adds come after their users
     return converted
+
+
+def _casts_match_their_outputs(proto: Any) -> None:
+    """onnxconverter-common types the output of a Cast to float32 that feeds float16 ops as
+    float16 but leaves the Cast's `to` at float32 (tf2onnx's LayerNormalization divides by a
+    Cast element count): onnxruntime refuses that graph. Such a Cast now casts to float16."""
+    from onnx import TensorProto
+
+    declared = {value.name: value.type.tensor_type.elem_type
+                for value in (*proto.graph.value_info, *proto.graph.output)}
+    for node in proto.graph.node:
+        if node.op_type != "Cast" or declared.get(node.output[0]) != TensorProto.FLOAT16:
+            continue
+        for attribute in node.attribute:
+            if attribute.name == "to" and attribute.i == TensorProto.FLOAT:
+                attribute.i = TensorProto.FLOAT16
 
 
 def names_layer(node: Any, pattern: str) -> bool:

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from compressor.backends.keras.env import import_tensorflow
 from compressor.backends.keras.io import original_names
-from compressor.errors import BackendUnavailableError, first_line
+from compressor.errors import BackendUnavailableError, converter_failure
 from compressor.export.onnx import (float16_onnx, renamed_io, require_dynamic_batch,
                                     save_checked_onnx)
-from compressor.quiet import captured_native_output, log_tail
+from compressor.quiet import captured_native_output
 from compressor.steps import PrecisionConfig, QuantizeConfig
 
 if TYPE_CHECKING:
@@ -48,7 +48,22 @@ def _float_onnx(model: Any, log: Path) -> Any:
     signature = [tf.TensorSpec((None, *tensor.shape[1:]), tensor.dtype,
                                name=tensor.name.split(":")[0]) for tensor in model.inputs]
     return _tf2onnx(log, "float32", lambda tf2onnx: tf2onnx.convert.from_keras(
-        model, input_signature=signature, opset=OPSET))
+        model, input_signature=signature, opset=OPSET,
+        custom_op_handlers={"Erfc": (_erfc_as_erf, [])}))
+
+
+def _erfc_as_erf(graph: Any, node: Any, name: str, args: list) -> Any:
+    """tf2onnx has no Erfc, which Keras' exact GELU uses (0.5 x erfc(-x / sqrt 2)): write it
+    as 1 - Erf(x), both standard ONNX ops."""
+    import numpy as np
+    from tf2onnx import utils
+
+    node.type = "Erf"
+    dtype = utils.map_onnx_to_numpy_type(graph.get_dtype(node.output[0]))
+    one = graph.make_const(utils.make_name(f"{name}_one"), np.array(1, dtype=dtype))
+    minus = graph.insert_new_node_on_output("Sub", node.output[0], name=utils.make_name(name))
+    graph.replace_inputs(minus, [one.output[0], node.output[0]])
+    return node
 
 
 def _int8_onnx(state: ModelState, quantize: QuantizeConfig, ctx: Context, log: Path) -> Any:
@@ -73,13 +88,13 @@ def _tf2onnx(log: Path, kind: str, convert) -> Any:
             proto, _ = convert(tf2onnx)
     except (ValueError, KeyError, TypeError, RuntimeError, NotImplementedError,
             AttributeError) as exc:
-        raise BackendUnavailableError(
-            f"ONNX {kind} conversion failed: {first_line(exc)}\n{log_tail(log)}\n"
-            f"(full log: {log}); a layer tf2onnx does not support is the usual cause: replace "
-            "it, or export tflite only") from None
+        raise BackendUnavailableError(converter_failure(
+            f"ONNX {kind} conversion", exc, "replace the unsupported layer or export tflite "
+            "only", log)) from None
     unsupported = sorted({node.op_type for node in proto.graph.node
                           if node.domain not in STANDARD_DOMAINS or node.op_type.startswith("TFL_")})
     if unsupported:
+        more = f" and {len(unsupported) - 8} more" if len(unsupported) > 8 else ""
         raise BackendUnavailableError(f"tf2onnx left ops ONNX runtimes cannot run: "
-                                      f"{', '.join(unsupported)}; export tflite only")
+                                      f"{', '.join(unsupported[:8])}{more}; export tflite only")
     return proto

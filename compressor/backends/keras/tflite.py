@@ -15,9 +15,10 @@ import numpy as np
 from compressor.backends.keras.env import import_tensorflow
 from compressor.backends.keras.io import original_names
 from compressor.backends.training_data import calibration_samples
-from compressor.errors import BackendUnavailableError, RecipeError, first_line
+from compressor.backends.keras.recurrent import unrolled_for_tflite
+from compressor.errors import BackendUnavailableError, RecipeError, converter_failure
 from compressor.export.tflite import POST_TRAINING_RECIPES, int8_weights, renamed_signature
-from compressor.quiet import captured_native_output, log_tail
+from compressor.quiet import captured_native_output
 from compressor.steps import PrecisionConfig, QuantizeConfig
 from compressor.tensors import matched, rows
 
@@ -148,13 +149,15 @@ def _float16_settings(precision: PrecisionConfig):
 
 
 def _convert(model: Any, ctx: Context, kind: str, configure) -> bytes:
-    return run_converter(lambda tf: tf.lite.TFLiteConverter.from_keras_model(model), ctx, kind,
-                         configure)
+    """TFLite bytes of `model` (recurrent layers unrolled: recurrent.py says why)."""
+    unrolled = unrolled_for_tflite(model)
+    return run_converter(lambda tf: tf.lite.TFLiteConverter.from_keras_model(unrolled), ctx,
+                         kind, configure)
 
 
 def run_converter(make: Callable[[Any], Any], ctx: Context, kind: str, configure) -> bytes:
     """`make(tf)`'s TFLiteConverter, set up by `configure(converter, tf)`, converted with its
-    native output in a log; a failure is a typed error quoting the log's tail."""
+    native output in a log; a failure is one line naming the log."""
     tf = import_tensorflow()
     log = Path(ctx.workdir) / "logs" / "tflite-convert.log"
     from tensorflow.lite.python.convert_phase import ConverterError
@@ -165,10 +168,9 @@ def run_converter(make: Callable[[Any], Any], ctx: Context, kind: str, configure
             configure(converter, tf)
             return converter.convert()
     except (ConverterError, ValueError, RuntimeError, TypeError) as exc:
-        raise BackendUnavailableError(
-            f"TFLite {kind} conversion failed: {first_line(exc)}\n{log_tail(log)}\n(full log: {log}); "
-            "a layer the converter does not support is the usual cause: replace it, or export "
-            "onnx only") from None
+        raise BackendUnavailableError(converter_failure(
+            f"TFLite {kind} conversion", exc, "replace the unsupported layer or export onnx "
+            "only", log)) from None
 
 
 def calibration_inputs(model: Any, ctx: Context, count: int) -> dict[str, np.ndarray]:
