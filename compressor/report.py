@@ -97,6 +97,12 @@ def render_markdown(report: dict[str, Any]) -> str:
             f"| {art['path']} | {human_size(art['size_bytes'])} | {human_size(art['gzip_bytes'])} "
             f"| {art['metric_value']:.4f} | {art['drop']:+.4f} | {art['sparsity']:.1%} | {dtypes} "
             f"| {latency} | {human_size(art['est_peak_memory_bytes'])} | {'yes' if art['fits_target'] else 'NO'} |")
+    quantize = report.get("quantize")
+    if quantize:
+        lines += ["", f"int8 mode: **{quantize['mode']}** ({quantize['reason']})"]
+    for failed in report.get("failed_formats") or ():
+        lines += ["", f"**{failed['format']} not produced**: {failed['error']}"
+                  + (f" (logs in {failed['logs']})" if failed.get("logs") else "")]
     lines += _fallback_lines(report.get("fallback"), metric)
     timings = ", ".join(f"{k} {v:.1f}s" for k, v in report["timings_s"].items())
     lines += ["", f"Timings: {timings}", "",

@@ -157,3 +157,22 @@ def keras_two_inputs_dict_outputs(data: Data, epochs: int = 3) -> Any:
     x, y = data.train
     model.fit(x, {"logits": y}, epochs=epochs, batch_size=64, verbose=0)
     return model
+
+
+def torch_lstm_classifier(data: Data, epochs: int = 6) -> Any:
+    """Embedding + nn.LSTM + Linear on int64 ids (the last step's hidden state)."""
+    import torch
+    from torch import nn
+
+    class LSTMClassifier(nn.Module):
+        def __init__(self, vocab: int = 20, width: int = 32):
+            super().__init__()
+            self.embedding = nn.Embedding(vocab, width)
+            self.lstm = nn.LSTM(width, width, batch_first=True)
+            self.head = nn.Linear(width, 2)
+
+        def forward(self, ids):
+            sequence, _ = self.lstm(self.embedding(ids))
+            return self.head(sequence[:, -1])
+
+    return _torch_trained(LSTMClassifier(), data, epochs, lambda out: out)
