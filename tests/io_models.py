@@ -161,7 +161,6 @@ def keras_two_inputs_dict_outputs(data: Data, epochs: int = 3) -> Any:
 
 def torch_lstm_classifier(data: Data, epochs: int = 6) -> Any:
     """Embedding + nn.LSTM + Linear on int64 ids (the last step's hidden state)."""
-    import torch
     from torch import nn
 
     class LSTMClassifier(nn.Module):
