@@ -22,9 +22,6 @@ ROWS = 24   # rows fed in the statelessness checks
 # one int32 bias per time step (the bias scale follows each step's hidden-state scale): at this
 # toy size (3 x 32 units, 8 steps) that is ~16% of the elements. LSTM adds its bias in an
 # int8 ADD instead.
-MIN_INT8_SHARE = {"lstm": 0.99, "gru": 0.8, "encoder": 0.98}
-
-
 @pytest.fixture(scope="module")
 def data() -> cz.Data:
     return km.token_data()
@@ -79,11 +76,13 @@ def test_onnx_has_only_standard_ops(model, fp16):
 
 
 def test_int8_tflite_passes(model, int8):
+    """The built-in int8 picks dynamic int8 for these models (embeddings, recurrent layers,
+    attention) and the file holds >= 90% int8 weight bytes, embedding tables included."""
     assert int8.exit_code == 0 and int8.passed
+    assert int8.report["quantize"]["mode"] == "dynamic"
     entry = _artifacts(int8)["tflite"]
     assert entry["metric_value"] >= 0.85
-    kind = model.name.removeprefix("token_")
-    assert entry["weight_dtypes"].get("int8", 0) >= MIN_INT8_SHARE[kind], entry["weight_dtypes"]
+    assert entry["int8_weight_share"] >= 0.9, entry["largest_float_weights"]
 
 
 def test_artifacts_are_stateless(fp16, int8, data):
