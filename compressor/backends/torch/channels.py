@@ -7,6 +7,7 @@ own parameters torch-pruning does not know how to slice (custom layers) are left
 """
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -69,9 +70,11 @@ def _prune(model: torch.nn.Module, example: torch.Tensor, ratio: float,
     """Prune `model` in place; the number of channel groups it pruned."""
     tp = _torch_pruning()
     try:
-        pruner = tp.pruner.MagnitudePruner(model.eval(), example,
-                                           importance=tp.importance.MagnitudeImportance(p=2),
-                                           pruning_ratio=ratio, ignored_layers=ignored)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)   # the groups they touch are ignored
+            pruner = tp.pruner.MagnitudePruner(model.eval(), example,
+                                               importance=tp.importance.MagnitudeImportance(p=2),
+                                               pruning_ratio=ratio, ignored_layers=ignored)
         groups = sum(1 for _ in pruner.DG.get_all_groups(
             ignored_layers=pruner.ignored_layers, root_module_types=pruner.root_module_types))
         pruner.step()
@@ -83,7 +86,9 @@ def _prune(model: torch.nn.Module, example: torch.Tensor, ratio: float,
 
 
 def _left_whole(model: torch.nn.Module, example: torch.Tensor) -> list[tuple[str, str]]:
-    """(module name, reason) for the head (last kernel module run) and custom modules."""
+    """(module name, reason) for the Conv / Linear modules whose output channels stay: the
+    head (the last one run) and every one whose channel group reaches a custom module
+    (parameters torch-pruning does not know how to slice)."""
     order: list[str] = []
     names = {module: name for name, module in model.named_modules()}
     hooks = [module.register_forward_hook(lambda m, i, o: order.append(names[m]))
@@ -94,12 +99,32 @@ def _left_whole(model: torch.nn.Module, example: torch.Tensor) -> list[tuple[str
     finally:
         for hook in hooks:
             hook.remove()
-    left = [(order[-1], "a model output (e.g. the classifier head)")] if order else []
-    for name, module in model.named_modules():
-        own = list(module.parameters(recurse=False))
-        if own and not isinstance(module, KNOWN):
-            left.append((name, f"a custom layer ({type(module).__name__}) torch-pruning cannot slice"))
+    if not order:
+        return []
+    left = [(order[-1], "a model output (e.g. the classifier head)")]
+    tp = _torch_pruning()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)   # "unwrapped parameters": handled here
+        graph = tp.DependencyGraph().build_dependency(model, example_inputs=example)
+    for group in graph.get_all_groups(ignored_layers=[model.get_submodule(order[-1])],
+                                      root_module_types=list(KERNELS)):
+        custom = [dep.target.module for dep, _ in group if _is_custom(dep.target.module)]
+        # The modules whose outputs are these channels (others only read them).
+        producers = [dep.target.module for dep, _ in group if isinstance(dep.target.module, KERNELS)
+                     and getattr(dep.handler, "__name__", "") == "prune_out_channels"]
+        if custom:
+            culprit = names.get(custom[0], "a bare parameter")
+            left += [(names[t], f"its channels reach custom layer {culprit} "
+                      f"({type(custom[0]).__name__}), which cannot be sliced safely")
+                     for t in dict.fromkeys(producers) if names[t] not in dict(left)]
     return left
+
+
+def _is_custom(target: Any) -> bool:
+    if isinstance(target, torch.nn.Parameter):
+        return True   # torch-pruning's "unwrapped parameter": a custom module's own weight
+    return isinstance(target, torch.nn.Module) and not isinstance(target, KNOWN) and \
+        any(True for _ in target.parameters(recurse=False))
 
 
 def torch_macs(model: torch.nn.Module, example: torch.Tensor) -> int:

@@ -1,0 +1,213 @@
+"""prune `structure: channel`: whole filters / units removed, a smaller dense model, in both
+frameworks, on a ResNet-style net (BatchNorm, residual Adds, a strided projection shortcut)
+and a MobileNetV2-style net (depthwise convs, inverted residuals). Params and MACs are read
+back from the exported artifacts and compared with the unpruned model's artifact."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import compressor as cz
+from compressor.backends import get_backend
+from compressor.context import ModelState
+from compressor.data import digits
+from compressor.errors import RecipeError
+from compressor.recipe import recipe_from_dict
+from compressor.steps import PruneConfig
+
+import helpers
+
+FRAMEWORKS = ("keras", "torch")
+NETS = ("resnet_style", "mobilenet_v2_style")
+FORMAT = {"keras": "tflite", "torch": "onnx"}   # each framework's quick export
+UNPRUNED = recipe_from_dict({"name": "fp32", "steps": []})
+TRAIN_EPOCHS = 6
+
+
+def build(framework: str, net: str):
+    if framework == "keras":
+        import keras_models as km
+
+        return getattr(km, net)()
+    import torch
+    import torch_models as tm
+
+    torch.manual_seed(0)
+    return {"resnet_style": tm.ResNetStyle, "mobilenet_v2_style": tm.MobileNetV2Style}[net]()
+
+
+def train(framework: str, model, data):
+    module = __import__("keras_models" if framework == "keras" else "torch_models")
+    return module.train(model, data, epochs=TRAIN_EPOCHS)
+
+
+@pytest.fixture(scope="module", params=FRAMEWORKS)
+def framework(request):
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def setup(framework, tmp_path_factory):
+    """Trained nets, the digits data in the framework's layout, and each net's unpruned
+    artifact facts (params, MACs read back from the file)."""
+    data = digits(get_backend(framework).image_layout)
+    nets = {net: train(framework, build(framework, net), data) for net in NETS}
+    unpruned = {}
+    for net, model in nets.items():
+        out = tmp_path_factory.mktemp(f"unpruned_{framework}_{net}")
+        unpruned[net] = cz.compress(model, UNPRUNED, data, out_dir=out / "o",
+                                    formats=(FORMAT[framework],), latency=False
+                                    ).report["artifacts"][0]
+    return data, nets, unpruned
+
+
+def compress(setup, framework, net, recipe, tmp_path):
+    data, nets, _ = setup
+    return cz.compress(nets[net], recipe, data, out_dir=tmp_path / "out",
+                       formats=(FORMAT[framework],), latency=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("net", NETS)
+def test_channels50_gives_a_smaller_dense_artifact(setup, framework, net, tmp_path):
+    result = compress(setup, framework, net, "channels50", tmp_path)
+    base = setup[2][net]
+    art = result.report["artifacts"][0]
+    channels = result.report["channel_pruning"]
+    assert art["params"] <= 0.35 * base["params"], (art["params"], base["params"])
+    assert art["macs"] <= 0.35 * base["macs"], (art["macs"], base["macs"])
+    # The framework-side count and the artifact read-back agree (same definition of MACs).
+    assert channels["model_before"]["macs"] == base["macs"]
+    assert channels["model_after"]["macs"] == art["macs"]
+    assert art["sparsity"] < 0.05                      # dense: channels are gone, not zeroed
+    assert art["drop"] <= 0.015 and result.passed, (art["metric_value"], art["drop"])
+    assert channels["groups_pruned"] >= 3
+    assert [len(e["layers"]) for e in channels["kept_whole"]] == [1]   # only the head
+    assert "a model output" in channels["kept_whole"][0]["reason"]
+    markdown = (result.out_dir / "report.md").read_text()
+    assert "## Channel pruning" in markdown and "| MACs |" in markdown
+
+
+@pytest.mark.slow
+def test_int8_channels50_meets_its_gate_and_stays_int8(setup, framework, tmp_path):
+    result = compress(setup, framework, "resnet_style", "int8_channels50", tmp_path)
+    art = result.report["artifacts"][0]
+    assert result.passed, result.report["failures"]
+    assert art["weight_dtypes"].get("int8", 0) >= 0.9, art["weight_dtypes"]
+    assert art["macs"] <= 0.35 * setup[2]["resnet_style"]["macs"]
+
+
+def test_removing_dead_channels_keeps_the_outputs(framework, tmp_path):
+    """Zero half of every hidden layer's filters / units (with their biases): those channels
+    are dead, magnitude ranks them last, and removing them must not change one output. This
+    checks the weight slicing through Flatten -> Dense and conv -> conv exactly."""
+    backend = get_backend(framework)
+    data = digits(backend.image_layout)
+    model = _with_dead_channels(framework)
+    state = helpers.apply(backend, ModelState(model),
+                          PruneConfig(sparsity=0.5, structure="channel", epochs=0),
+                          helpers.context(data, tmp_path))
+    x = data.val[0][:64]
+    np.testing.assert_allclose(backend.predict(state.model, x), backend.predict(model, x),
+                               rtol=1e-4, atol=1e-4)
+    report = state.sections[0].report({})
+    assert report["model_after"]["params"] < 0.4 * report["model_before"]["params"]
+
+
+def test_target_macs_sets_one_ratio_for_a_mac_budget(setup, framework, tmp_path):
+    data, nets, _ = setup
+    backend = get_backend(framework)
+    state = helpers.apply(backend, ModelState(nets["mobilenet_v2_style"]),
+                          PruneConfig(target_macs=0.4, structure="channel", epochs=0),
+                          helpers.context(data, tmp_path))
+    report = state.sections[0].report({})
+    assert report["model_after"]["macs"] <= 0.4 * report["model_before"]["macs"]
+    assert report["model_after"]["macs"] > 0.3 * report["model_before"]["macs"]   # not overdone
+    assert 0.2 < report["ratio"] < 0.6 and report["target_macs"] == 0.4
+
+
+def test_a_custom_layer_leaves_its_group_whole(framework, tmp_path):
+    backend = get_backend(framework)
+    data = digits(backend.image_layout)
+    model, custom_reader = _with_custom_layer(framework)
+    state = helpers.apply(backend, ModelState(model),
+                          PruneConfig(sparsity=0.5, structure="channel", epochs=0),
+                          helpers.context(data, tmp_path))
+    kept = state.sections[0].report({})["kept_whole"]
+    reasons = {layer: entry["reason"] for entry in kept for layer in entry["layers"]}
+    assert "custom" in reasons.get(custom_reader, "") or "not pruned" in reasons.get(
+        custom_reader, ""), kept
+    assert backend.predict(state.model, data.val[0][:4]).shape == (4, 10)
+
+
+def test_target_macs_needs_channel_structure_and_prune_needs_a_size():
+    with pytest.raises(RecipeError, match="target_macs, which only structure: channel uses"):
+        _load({"pass": "prune", "target_macs": 0.3, "sparsity": 0.5})
+    with pytest.raises(RecipeError, match="needs sparsity"):
+        _load({"pass": "prune", "structure": "channel"})
+
+
+def _load(step: dict):
+    return recipe_from_dict({"name": "x", "steps": [step]}, source="mine.yaml")
+
+
+def _with_dead_channels(framework: str):
+    if framework == "keras":
+        import keras_models as km
+
+        model = km.digits_cnn()
+        for layer in model.layers[:-1]:
+            weights = layer.get_weights()
+            if weights:
+                kernel, bias = weights
+                kernel[..., ::2], bias[::2] = 0.0, 0.0
+                layer.set_weights([kernel, bias])
+        return model
+    import torch
+    import torch_models as tm
+
+    model = tm.digits_cnn()
+    with torch.no_grad():
+        for module in [*model.features, *model.head][:-1]:
+            if isinstance(module, (torch.nn.Conv2d, torch.nn.Linear)):
+                module.weight[::2] = 0.0
+                module.bias[::2] = 0.0
+    return model.eval()
+
+
+def _with_custom_layer(framework: str):
+    """A CNN whose first conv feeds a custom per-channel scale layer: (model, that conv's name)."""
+    if framework == "keras":
+        import keras_models as km
+
+        keras = km.tf_keras()
+
+        class ChannelScale(keras.layers.Layer):
+            def build(self, shape):
+                self.scale = self.add_weight("scale", shape=(shape[-1],), initializer="ones")
+
+            def call(self, x):
+                return x * self.scale
+
+        inputs = keras.Input((8, 8, 1))
+        x = keras.layers.Conv2D(16, 3, padding="same", activation="relu", name="conv_a")(inputs)
+        x = ChannelScale()(x)
+        x = keras.layers.Conv2D(32, 3, padding="same", activation="relu", name="conv_b")(x)
+        x = keras.layers.GlobalAveragePooling2D()(x)
+        return keras.Model(inputs, keras.layers.Dense(10)(x)), "conv_a"
+    import torch
+    from torch import nn
+
+    class ChannelScale(nn.Module):
+        def __init__(self, channels: int):
+            super().__init__()
+            self.scale = nn.Parameter(torch.ones(channels))
+
+        def forward(self, x):
+            return x * self.scale.view(1, -1, 1, 1)
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), ChannelScale(16),
+                          nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                          nn.Flatten(), nn.Linear(32, 10))
+    return model.eval(), "0"
