@@ -105,6 +105,7 @@ def test_removing_dead_channels_keeps_the_outputs(framework, tmp_path):
     assert report["model_after"]["params"] < 0.4 * report["model_before"]["params"]
 
 
+@pytest.mark.slow   # the ratio search rebuilds the Keras model ~9 times (~15 s on busy cores)
 def test_target_macs_sets_one_ratio_for_a_mac_budget(setup, framework, tmp_path):
     data, nets = setup
     backend = get_backend(framework)
