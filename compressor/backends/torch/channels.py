@@ -15,8 +15,9 @@ import torch
 from compressor.backends.channel_plan import ChannelPruning, channel_ratio
 from compressor.backends.torch.env import require
 from compressor.backends.torch.infer import example_input
+from compressor.backends.torch.io import as_tensors
 from compressor.backends.torch.load import clone_module
-from compressor.backends.torch.train import as_tensor, fine_tune, is_exported
+from compressor.backends.torch.train import fine_tune, is_exported
 from compressor.errors import BackendUnavailableError, first_line
 from compressor.steps import DistillConfig
 
@@ -39,8 +40,9 @@ def channel_pruned(state: ModelState, config: PruneConfig, ctx: Context) -> Mode
         raise BackendUnavailableError(
             "channel pruning needs the nn.Module, not an exported .pt2 graph; pass the model as "
             "module:function (with --weights) or as an nn.Module in Python")
-    example = as_tensor(example_input(ctx, EXAMPLE_ROWS))
     original = state.model
+    # forward()'s positional inputs (one per named input), as torch-pruning traces them.
+    example = tuple(as_tensors(original, example_input(ctx, EXAMPLE_ROWS)))
     kept_whole = _left_whole(original, example)
 
     groups = [0]
@@ -65,7 +67,7 @@ def channel_pruned(state: ModelState, config: PruneConfig, ctx: Context) -> Mode
     return state.replace(model=pruned.eval()).with_section(section)
 
 
-def _prune(model: torch.nn.Module, example: torch.Tensor, ratio: float,
+def _prune(model: torch.nn.Module, example: tuple[torch.Tensor, ...], ratio: float,
            ignored: list[torch.nn.Module]) -> int:
     """Prune `model` in place; the number of channel groups it pruned."""
     tp = _torch_pruning()
@@ -85,7 +87,7 @@ def _prune(model: torch.nn.Module, example: torch.Tensor, ratio: float,
                                       "unstructured") from None
 
 
-def _left_whole(model: torch.nn.Module, example: torch.Tensor) -> list[tuple[str, str]]:
+def _left_whole(model: torch.nn.Module, example: tuple[torch.Tensor, ...]) -> list[tuple[str, str]]:
     """(module name, reason) for the Conv / Linear modules whose output channels stay: the
     head (the last one run) and every one whose channel group reaches a custom module
     (parameters torch-pruning does not know how to slice)."""
@@ -95,7 +97,7 @@ def _left_whole(model: torch.nn.Module, example: torch.Tensor) -> list[tuple[str
              for module in names if isinstance(module, KERNELS)]
     try:
         with torch.no_grad():
-            model.eval()(example)
+            model.eval()(*example)
     finally:
         for hook in hooks:
             hook.remove()
@@ -127,7 +129,7 @@ def _is_custom(target: Any) -> bool:
         any(True for _ in target.parameters(recurse=False))
 
 
-def torch_macs(model: torch.nn.Module, example: torch.Tensor) -> int:
+def torch_macs(model: torch.nn.Module, example: tuple[torch.Tensor, ...]) -> int:
     """Multiply-accumulates of one sample: output positions x weight elements per Conv /
     Linear (as runtimes.common.kernel_macs counts an artifact)."""
     total = [0]
@@ -140,7 +142,7 @@ def torch_macs(model: torch.nn.Module, example: torch.Tensor) -> int:
     hooks = [m.register_forward_hook(count) for m in model.modules() if isinstance(m, KERNELS)]
     try:
         with torch.no_grad():
-            model.eval()(example[:1])
+            model.eval()(*(x[:1] for x in example))
     finally:
         for hook in hooks:
             hook.remove()
