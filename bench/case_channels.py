@@ -2,8 +2,12 @@
 
 For a ResNet-style and a MobileNetV2-style net (bench/channel_nets.py, 32x32x3, untrained,
 random inputs labelled by the float model) in each framework, the toolkit makes fp32
-(no steps), channels50, int8_qat and int8_channels50 artifacts (.tflite and .onnx each);
-one probe process per runtime then times them round-robin at batch 1, 1 thread.
+(no steps), channels50, int8_qat and int8_channels50 artifacts in the framework's own format
+(Keras: .tflite timed in LiteRT, PyTorch: .onnx in onnxruntime, so each runtime sees both
+nets); one probe process per runtime then times them round-robin at batch 1, 1 thread.
+The pruned / QAT recipes run with 1 fine-tuning epoch (bench/recipes/*_1epoch.yaml, same
+steps otherwise): latency depends on the architecture, not on the weights, and the labels
+are random.
 Speedups are pruned p50 / unpruned p50 (fp32: channels50 / fp32; int8: int8_channels50 /
 int8_qat): below 1 is faster. Params and MACs come from the reports (read from the files).
 """
@@ -19,6 +23,8 @@ PAIRS = {"channels50_speedup": ("channels50", "fp32"),
          "int8_channels50_speedup": ("int8_channels50", "int8_qat")}
 RUNTIMES = {"tflite": "LiteRT", "onnx": "onnxruntime"}
 FRAMEWORKS = ("keras", "torch")
+FORMAT = {"keras": "tflite", "torch": "onnx"}   # each framework's own export, one runtime each
+SHORT = {"channels50", "int8_qat", "int8_channels50"}   # bench/recipes/<name>_1epoch.yaml
 MODELS = BUILD / "channel_models"
 RANDOM_TRAIN, RANDOM_VAL = 256, 64
 
@@ -69,9 +75,10 @@ def run(log, frameworks=FRAMEWORKS, rounds: int = 5, runs_per_round: int = 100) 
             for recipe in RECIPES:
                 log(f"channels {net}/{framework}: toolkit {recipe}")
                 form = "function" if framework == "torch" else "pt2"
-                tk = run_toolkit(framework, entry, recipe, entry["data"],
+                tk = run_toolkit(framework, entry,
+                                 f"{recipe}_1epoch" if recipe in SHORT else recipe, entry["data"],
                                  ARTIFACTS / "channels" / f"{net}_{framework}" / recipe,
-                                 torch_form=form)
+                                 formats=FORMAT[framework], torch_form=form)
                 runs.append({"net": net, "framework": framework, "recipe": recipe, **tk.summary()})
                 if tk.error:
                     errors.append(f"{net}/{framework} {recipe}: {tk.error}")
@@ -121,7 +128,7 @@ def targets(case: dict | None) -> dict:
         values = [(r[name], f"{r['net']}/{r['framework']} {r['runtime']}") for r in rows
                   if r.get(name) is not None]
         value, where = max(values) if values else (None, "not measured")
-        expected = len(FRAMEWORKS) * 2 * len(RUNTIMES)
+        expected = len(FRAMEWORKS) * 2   # nets x frameworks, one runtime each
         out[name] = _target(value, 0.6, "<=", f"p50 {pruned} / p50 {unpruned}, batch 1, 1 thread, "
                             "LiteRT and onnxruntime, ResNet- and MobileNetV2-style nets",
                             f"worst: {where}; {len(values)}/{expected} measured",
