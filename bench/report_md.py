@@ -153,6 +153,18 @@ def scaling_section(scaling: dict) -> list[str]:
             + notes)
 
 
+def channels_section(case: dict) -> list[str]:
+    rows = [[r["net"], r["framework"], r["runtime"], r.get("fp32_p50_ms"), r.get("channels50_p50_ms"),
+             r.get("channels50_speedup"), r.get("channels50_macs_ratio"), r.get("int8_qat_p50_ms"),
+             r.get("int8_channels50_p50_ms"), r.get("int8_channels50_speedup")]
+            for r in case.get("speedups", [])]
+    intro = ("32x32x3 ResNet- and MobileNetV2-style nets (bench/channel_nets.py), untrained; "
+             "batch 1, 1 thread, p50 ms; speedup = pruned p50 / unpruned p50 (lower is faster).")
+    return (["## 6. Channel pruning (channels50, int8_channels50)", "", intro, ""]
+            + _table(["net", "framework", "runtime", "fp32", "channels50", "ratio", "MACs ratio",
+                      "int8_qat", "int8_channels50", "ratio"], rows) + [""])
+
+
 def render(results: dict) -> str:
     meta = results.get("meta", {})
     cpu = meta.get("cpu", {})
@@ -170,7 +182,7 @@ def render(results: dict) -> str:
     cases = results.get("cases", {})
     sections = {"size": size_section, "speed": lambda case: speed_section(case, cpu),
                 "overhead": overhead_section, "scaling": scaling_section,
-                "zoo": lambda case: zoo_section(case, cpu)}
+                "zoo": lambda case: zoo_section(case, cpu), "channels": channels_section}
     for key, section in sections.items():
         if key in cases:
             lines += section(cases[key])

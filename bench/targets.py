@@ -119,4 +119,7 @@ def compute(results: dict) -> dict:
     targets.update(zoo_targets(cases.get("zoo")))
     targets.update(overhead_targets(cases.get("overhead")))
     targets.update(scaling_targets(cases.get("scaling")))
+    from bench.case_channels import targets as channel_targets
+
+    targets.update(channel_targets(cases.get("channels")))
     return targets

@@ -49,6 +49,7 @@ def _inspect(argv: list[str]) -> int:
     summary = {
         "format": info.format, "path": str(info.path), "size_bytes": info.size_bytes,
         "gzip_bytes": info.gzip_bytes, "sha256": info.sha256, "params": info.params,
+        "macs": info.macs,
         "weight_dtypes": info.weight_dtypes, "sparsity": info.sparsity, "ops": info.ops,
         "inputs": info.inputs, "outputs": info.outputs,
         "est_peak_memory_bytes": info.est_peak_memory_bytes,
@@ -63,6 +64,7 @@ def _inspect(argv: list[str]) -> int:
     print(f"{info.path}  ({info.format})")
     print(f"  size          {human_size(info.size_bytes)} raw, {human_size(info.gzip_bytes)} gzip")
     print(f"  params        {info.params:,}")
+    print(f"  MACs          {info.macs:,} per sample (conv / dense / matmul)")
     print("  weight dtypes " + ", ".join(f"{k} {v:.1%}" for k, v in info.weight_dtypes.items()))
     print(f"  sparsity      {info.sparsity:.1%} of kernel weights are zero")
     print(f"  est. memory   {human_size(info.est_peak_memory_bytes)}")

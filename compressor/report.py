@@ -87,15 +87,17 @@ def render_markdown(report: dict[str, Any]) -> str:
         + (f" (budget {human_size(report['budget_bytes'])})" if report.get("budget_bytes") else ""),
         f"- Seed {report['seed']}; recipe sha256 {report['recipe']['sha256'][:12]}",
         "",
-        f"| artifact | size | gzip | {metric} | drop | sparsity | weight dtypes | p50 ms | est. memory | fits |",
-        "|---|---:|---:|---:|---:|---:|---|---:|---:|---|",
+        f"| artifact | size | gzip | {metric} | drop | sparsity | params | MACs | weight dtypes "
+        "| p50 ms | est. memory | fits |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|",
     ]
     for art in report["artifacts"]:
         dtypes = ", ".join(f"{k} {v:.1%}" for k, v in art["weight_dtypes"].items())
         latency = "-" if art["latency_ms_p50"] is None else f"{art['latency_ms_p50']:.3f}"
         lines.append(
             f"| {art['path']} | {human_size(art['size_bytes'])} | {human_size(art['gzip_bytes'])} "
-            f"| {art['metric_value']:.4f} | {art['drop']:+.4f} | {art['sparsity']:.1%} | {dtypes} "
+            f"| {art['metric_value']:.4f} | {art['drop']:+.4f} | {art['sparsity']:.1%} "
+            f"| {_count(art.get('params'))} | {_count(art.get('macs'))} | {dtypes} "
             f"| {latency} | {human_size(art['est_peak_memory_bytes'])} | {'yes' if art['fits_target'] else 'NO'} |")
     quantize = report.get("quantize")
     if quantize:
@@ -104,6 +106,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines += ["", f"**{failed['format']} not produced**: {failed['error']}"
                   + (f" (logs in {failed['logs']})" if failed.get("logs") else "")]
     lines += _fallback_lines(report.get("fallback"), metric)
+    lines += _channel_lines(report.get("channel_pruning"))
     timings = ", ".join(f"{k} {v:.1f}s" for k, v in report["timings_s"].items())
     lines += ["", f"Timings: {timings}", "",
               "Sizes, dtypes and sparsity are read back from the artifact files; metrics and "
@@ -141,6 +144,34 @@ def _fallback_lines(fallback: dict[str, Any] | None, metric: str) -> list[str]:
         lines.append(f"| {layer} | {row['sensitivity']:+.4f} | {row['size_cost_bytes']:+,} B | "
                      f"{'yes' if layer in floats else 'no'} | {cost} |")
     return lines
+
+
+def _channel_lines(channels: dict[str, Any] | None) -> list[str]:
+    """Structured pruning: the framework model's params / MACs before and after, and the
+    layers left whole (the artifacts' own counts are in the table above)."""
+    if channels is None:
+        return []
+    before, after = channels["model_before"], channels["model_after"]
+    lines = ["", "## Channel pruning", "",
+             f"Removed {channels['ratio']:.0%} of the channels of {channels['groups_pruned']} "
+             f"channel group(s); the model went from {before['params']:,} to "
+             f"{after['params']:,} params ({after['params'] / max(before['params'], 1):.2f}x) and "
+             f"{before['macs']:,} to {after['macs']:,} MACs "
+             f"({after['macs'] / max(before['macs'], 1):.2f}x) per sample."]
+    if channels["kept_whole"]:
+        lines += ["", "Left whole:", ""]
+        lines += [f"- {', '.join(entry['layers'])}: {entry['reason']}"
+                  for entry in channels["kept_whole"]]
+    return lines
+
+
+def _count(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= size:
+            return f"{n / size:.2f}{unit}"
+    return str(n)
 
 
 def _gate_text(gate: dict[str, Any], metric: str) -> str:

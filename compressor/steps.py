@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class StepConfig(BaseModel):
@@ -36,10 +36,31 @@ class TrainingConfig(StepConfig):
 
 class PruneConfig(TrainingConfig):
     kind: Literal["prune"] = Field("prune", alias="pass")
-    sparsity: float = Field(gt=0.0, lt=1.0,
-                            description="the fraction of weights to set to zero, e.g. 0.3")
+    sparsity: float | None = Field(None, gt=0.0, lt=1.0,
+                                   description="the fraction of weights to set to zero, e.g. 0.3")
     schedule: Literal["constant", "polynomial"] = Field(
         "polynomial", description="constant: full sparsity from the start; polynomial: ramp up")
+    structure: Literal["unstructured", "channel"] = Field(
+        "unstructured", description="unstructured: zero single weights; channel: remove whole "
+        "filters / units (a smaller dense model; sparsity = fraction of channels per group)")
+    target_macs: float | None = Field(
+        None, gt=0.0, lt=1.0, description="channel only: prune until the model's MACs are at most "
+        "this fraction of the original's, e.g. 0.3 (one ratio for every group, instead of sparsity)")
+
+    @property
+    def leaves_zeros(self) -> bool:
+        """Whether later steps (QAT, distillation) have pruned zeros to keep at zero."""
+        return self.structure == "unstructured"
+
+    @model_validator(mode="after")
+    def _target_macs_needs_channels(self) -> PruneConfig:
+        if self.target_macs is not None and self.structure != "channel":
+            raise ValueError("sets target_macs, which only structure: channel uses; add "
+                             "`structure: channel` or remove target_macs")
+        if self.sparsity is None and self.target_macs is None:
+            raise ValueError("needs sparsity (the fraction of weights, or with structure: "
+                             "channel of channels, to remove, e.g. 0.3)")
+        return self
 
 
 # dynamic (int8 weights, activations quantized at run time) and weight_only (int8 weights,

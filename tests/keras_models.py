@@ -180,3 +180,51 @@ def token_encoder(seed: int = 0) -> Any:
     x = layers.LayerNormalization()(x + feed_forward)
     logits = layers.Dense(2)(layers.GlobalAveragePooling1D()(x))
     return keras.Model(ids, logits, name="token_encoder")
+
+
+def resnet_style(seed: int = 0) -> Any:
+    """A tiny ResNet: Conv+BatchNorm stem, an identity block and a strided block with a 1x1
+    projection shortcut (residual Adds joining channel groups), global pooling, dense head."""
+    keras = tf_keras()
+    keras.utils.set_random_seed(seed)
+    layers = keras.layers
+
+    def conv_bn(x, filters, kernel=3, strides=1, relu=True):
+        x = layers.Conv2D(filters, kernel, strides, padding="same", use_bias=False)(x)
+        x = layers.BatchNormalization(momentum=0.9)(x)   # PyTorch's default
+        return layers.ReLU()(x) if relu else x
+
+    inputs = keras.Input((8, 8, 1))
+    x = conv_bn(inputs, 24)
+    x = layers.ReLU()(layers.Add()([x, conv_bn(conv_bn(x, 24), 24, relu=False)]))
+    shortcut = conv_bn(x, 48, 1, 2, relu=False)
+    x = layers.ReLU()(layers.Add()([shortcut, conv_bn(conv_bn(x, 48, strides=2), 48, relu=False)]))
+    x = layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, layers.Dense(10)(x), name="resnet_style")
+
+
+def mobilenet_v2_style(seed: int = 0) -> Any:
+    """A tiny MobileNetV2: inverted residual blocks (1x1 expand, depthwise 3x3, 1x1 project,
+    BatchNorm + ReLU6, skip Adds where shapes match), global pooling, dense head."""
+    keras = tf_keras()
+    keras.utils.set_random_seed(seed)
+    layers = keras.layers
+
+    def bn_act(x, act=True):
+        x = layers.BatchNormalization(momentum=0.9)(x)   # PyTorch's default
+        return layers.ReLU(6.0)(x) if act else x
+
+    def inverted(x, expand, out, strides=1):
+        y = bn_act(layers.Conv2D(expand, 1, use_bias=False)(x))
+        y = bn_act(layers.DepthwiseConv2D(3, strides, padding="same", use_bias=False)(y))
+        y = bn_act(layers.Conv2D(out, 1, use_bias=False)(y), act=False)
+        return layers.Add()([x, y]) if strides == 1 and x.shape[-1] == out else y
+
+    inputs = keras.Input((8, 8, 1))
+    x = bn_act(layers.Conv2D(16, 3, padding="same", use_bias=False)(inputs))
+    x = inverted(x, 48, 16)
+    x = inverted(x, 48, 32, strides=2)
+    x = inverted(x, 96, 32)
+    x = bn_act(layers.Conv2D(96, 1, use_bias=False)(x))
+    x = layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, layers.Dense(10)(x), name="mobilenet_v2_style")

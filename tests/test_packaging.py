@@ -36,7 +36,8 @@ def test_wheel_install_finds_builtin_recipes_and_devices(tmp_path):
                          cwd=tmp_path, capture_output=True, text=True, check=True).stdout.split()
     assert out[0].startswith(str(target))          # the installed copy, not the checkout
     assert set(out[1].split(",")) >= {"fp16", "int8", "int8_qat", "prune50", "int8_prune30",
-                                      "int8_prune30_kd", "mixed_int8_fp16"}
+                                      "int8_prune30_kd", "mixed_int8_fp16", "channels50",
+                                      "int8_channels50"}
     assert out[2] == "0.3"
     assert int(out[3]) >= 5
     checkout = {".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")

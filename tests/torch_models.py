@@ -61,6 +61,60 @@ class OutlierNet(nn.Module):
         return self.logits(torch.relu(self.bottleneck(x)))
 
 
+def _conv_bn(cin: int, cout: int, kernel: int = 3, stride: int = 1, groups: int = 1,
+             act: type[nn.Module] | None = nn.ReLU) -> nn.Sequential:
+    layers = [nn.Conv2d(cin, cout, kernel, stride, kernel // 2, groups=groups, bias=False),
+              nn.BatchNorm2d(cout)]
+    return nn.Sequential(*layers, *([act()] if act else []))
+
+
+class ResNetStyle(nn.Module):
+    """A tiny ResNet (as tests/keras_models.resnet_style): Conv+BN stem, an identity block and
+    a strided block with a 1x1 projection shortcut, global pooling, linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = _conv_bn(1, 24)
+        self.block1 = nn.Sequential(_conv_bn(24, 24), _conv_bn(24, 24, act=None))
+        self.block2 = nn.Sequential(_conv_bn(24, 48, stride=2), _conv_bn(48, 48, act=None))
+        self.shortcut = _conv_bn(24, 48, 1, 2, act=None)
+        self.head = nn.Linear(48, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        x = torch.relu(x + self.block1(x))
+        x = torch.relu(self.shortcut(x) + self.block2(x))
+        return self.head(x.mean(dim=(2, 3)))
+
+
+class InvertedResidual(nn.Module):
+    def __init__(self, cin: int, expand: int, cout: int, stride: int = 1):
+        super().__init__()
+        self.skip = stride == 1 and cin == cout
+        self.body = nn.Sequential(_conv_bn(cin, expand, 1, act=nn.ReLU6),
+                                  _conv_bn(expand, expand, 3, stride, groups=expand, act=nn.ReLU6),
+                                  _conv_bn(expand, cout, 1, act=None))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.body(x) if self.skip else self.body(x)
+
+
+class MobileNetV2Style(nn.Module):
+    """A tiny MobileNetV2 (as tests/keras_models.mobilenet_v2_style): inverted residual blocks
+    with depthwise convs, BN + ReLU6 and skip adds, global pooling, linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(
+            _conv_bn(1, 16, act=nn.ReLU6), InvertedResidual(16, 48, 16),
+            InvertedResidual(16, 48, 32, stride=2), InvertedResidual(32, 96, 32),
+            _conv_bn(32, 96, 1, act=nn.ReLU6))
+        self.head = nn.Linear(96, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x).mean(dim=(2, 3)))
+
+
 def digits_cnn(seed: int = 0) -> DigitsCNN:
     torch.manual_seed(seed)
     return DigitsCNN()

@@ -40,6 +40,7 @@ class ArtifactInfo:
     inputs: list[dict]                   # [{"name", "shape", "dtype"}]
     outputs: list[dict]
     est_peak_memory_bytes: int           # resident weights (with runtime copies) + activations + overhead
+    macs: int = 0                        # multiply-accumulates of one sample in conv / dense / matmul ops
     weights: tuple[WeightTensor, ...] = field(default=(), repr=False)
 
 

@@ -84,8 +84,40 @@ def find_kernels(ops: Sequence[Op], constants: Iterable, kernel_inputs: Mapping[
     """
     constants = set(constants)
     producer = {out: op for op in ops for out in op[2]}
-    kernels = set()
-    for op_type, inputs, _ in ops:
+    return {kernel for _, kernel in _kernel_uses(ops, constants, producer, kernel_inputs, passthrough)}
+
+
+def kernel_macs(ops: Sequence[Op], weight_sizes: Mapping, output_shapes: Mapping,
+                kernel_inputs: Mapping[str, Sequence[int]], passthrough: Mapping[str, int],
+                channel_axis: Mapping[str, int]) -> int:
+    """Multiply-accumulates of one sample through every conv / dense / matmul op with a
+    constant weight: output positions x weight elements (a conv computes every weight once
+    per output pixel, a depthwise conv or a grouped one too, a dense layer once per row).
+
+    `weight_sizes` maps constant ids to element counts, `output_shapes` op outputs to their
+    batch-1 shapes, `channel_axis` op types to their output's channel axis (default last).
+    Ops whose output shape is unknown count 0.
+    """
+    producer = {out: op for op in ops for out in op[2]}
+    total, counted = 0, set()
+    for op, weight in _kernel_uses(ops, set(weight_sizes), producer, kernel_inputs, passthrough):
+        if id(op) in counted:
+            continue   # a MatMul of two constants counts once
+        counted.add(id(op))
+        shape = output_shapes.get(op[2][0]) if op[2] else None
+        if not shape or any(int(d) < 1 for d in shape):
+            continue
+        channels = int(shape[channel_axis.get(op[0], -1)])
+        total += int(np.prod([int(d) for d in shape], dtype=np.int64)) // channels \
+            * int(weight_sizes[weight])
+    return total
+
+
+def _kernel_uses(ops: Sequence[Op], constants: set, producer: Mapping,
+                 kernel_inputs: Mapping[str, Sequence[int]], passthrough: Mapping[str, int]):
+    """(op, constant id) for each op that reads a constant weight at one of its kernel inputs."""
+    for op in ops:
+        op_type, inputs, _ = op
         for index in kernel_inputs.get(op_type, ()):
             if index >= len(inputs):
                 continue
@@ -96,8 +128,7 @@ def find_kernels(ops: Sequence[Op], constants: Iterable, kernel_inputs: Mapping[
                     break
                 tensor, seen = src_inputs[passthrough[src_type]], seen + 1
             if tensor in constants:
-                kernels.add(tensor)
-    return kernels
+                yield op, tensor
 
 
 def weight_summary(weights: Sequence[WeightTensor]) -> tuple[int, dict[str, float], float]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from compressor.errors import BackendUnavailableError, ModelLoadError
-from compressor.kernel_ops import ONNX_KERNEL_INPUTS, ONNX_PASSTHROUGH
+from compressor.kernel_ops import ONNX_KERNEL_INPUTS, ONNX_OUTPUT_CHANNEL_AXIS, ONNX_PASSTHROUGH
 from compressor.runtimes.base import ArtifactInfo, WeightTensor
 from compressor.runtimes.common import (
     RUNTIME_OVERHEAD_BYTES,
@@ -22,6 +22,7 @@ from compressor.runtimes.common import (
     default_threads,
     file_facts,
     find_kernels,
+    kernel_macs,
     peak_live_bytes,
     predict_in_batches,
     time_calls,
@@ -219,6 +220,9 @@ def inspect_onnx(path: Path) -> ArtifactInfo:
     # originals) plus activations. Measured on float32 MLPs of 1-64 MB (onnxruntime 1.32):
     # estimate - peak RSS growth = +1.0 to +1.5 MiB.
     largest = max((v.nbytes for v in constants.values()), default=0)
+    macs = kernel_macs(compute, {name: v.size for name, v in constants.items()},
+                       {name: dims for name, (dims, _) in shapes.items() if dims is not None},
+                       ONNX_KERNEL_INPUTS, ONNX_PASSTHROUGH, ONNX_OUTPUT_CHANNEL_AXIS)
     size, gzip_size, sha = file_facts(path)
     params, dtypes, sparsity = weight_summary(weights)
     return ArtifactInfo(
@@ -227,4 +231,5 @@ def inspect_onnx(path: Path) -> ArtifactInfo:
         ops=dict(Counter(n.op_type for n in graph.node)),
         inputs=_io(graph.input, inits), outputs=_io(graph.output, set()),
         est_peak_memory_bytes=weight_bytes + max(largest, peak) + RUNTIME_OVERHEAD_BYTES["onnx"],
+        macs=macs,
         weights=tuple(weights))

@@ -25,6 +25,7 @@ from compressor.runtimes.common import (
     default_threads,
     file_facts,
     find_kernels,
+    kernel_macs,
     peak_live_bytes,
     predict_in_batches,
     time_calls,
@@ -202,9 +203,12 @@ def inspect_tflite(path: Path) -> ArtifactInfo:
                                     index in kernels))
         weight_bytes[index] = values.nbytes
 
-    def batch1_bytes(t: dict) -> int:
+    def batch1_shape(t: dict) -> list[int]:
         shape = t["shape_signature"] if len(t["shape_signature"]) else t["shape"]
-        return int(np.prod([max(int(s), 1) for s in shape])) * np.dtype(t["dtype"]).itemsize
+        return [max(int(s), 1) for s in shape]
+
+    def batch1_bytes(t: dict) -> int:
+        return int(np.prod(batch1_shape(t))) * np.dtype(t["dtype"]).itemsize
 
     constant_set = set(constants)
     activations = {i: batch1_bytes(t) for i, t in tensors.items() if i not in constant_set}
@@ -223,11 +227,14 @@ def inspect_tflite(path: Path) -> ArtifactInfo:
     temporary = max((activations[t] for t in persistent), default=0)
     size, gzip_size, sha = file_facts(path)
     params, dtypes, sparsity = weight_summary(weights)
+    macs = kernel_macs(ops, {t: int(np.prod(tensors[t]["shape"])) for t in constants},
+                       {i: batch1_shape(t) for i, t in tensors.items() if i not in constant_set},
+                       TFLITE_KERNEL_INPUTS, TFLITE_PASSTHROUGH, {})
     estimate = (size + sum(weight_bytes[t] for t in packed) + temporary + peak
                 + RUNTIME_OVERHEAD_BYTES["tflite"])
     return ArtifactInfo(
         format="tflite", path=path, size_bytes=size, gzip_bytes=gzip_size, sha256=sha,
         params=params, weight_dtypes=dtypes, sparsity=sparsity,
         ops=dict(Counter(op for op, _, _ in ops)), inputs=_io(inputs), outputs=_io(outputs),
-        est_peak_memory_bytes=estimate,
+        est_peak_memory_bytes=estimate, macs=macs,
         weights=tuple(weights))

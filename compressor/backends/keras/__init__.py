@@ -56,6 +56,11 @@ class KerasBackend:
         return predict(model, x, batch_size)
 
     def prune(self, state: ModelState, config: PruneConfig, ctx: Context) -> ModelState:
+        """unstructured: zeros in place (tfmot); channel: a smaller dense model."""
+        if config.structure == "channel":
+            from compressor.backends.keras.channels import channel_pruned
+
+            return channel_pruned(state, config, ctx)
         from compressor.backends.keras.optimize import pruned_model
 
         return state.replace(model=pruned_model(state, config, ctx))

@@ -40,7 +40,8 @@ def quantization_aware_model(state: ModelState, config: QuantizeConfig, ctx: Con
     """A QAT copy of the model (fake-quant int8), fine-tuned for `config.epochs` (with the
     teacher's KD loss after a distill step); pruned zeros stay zero after a prune step."""
     model = state.model
-    preserve = config.preserve_sparsity and state.last(PruneConfig) is not None
+    prune = state.last(PruneConfig)
+    preserve = config.preserve_sparsity and prune is not None and prune.leaves_zeros
     return fine_tune(lambda: _with_fake_quant(clone_keras_model(model), preserve),
                      model, config, ctx, "int8 quantization-aware training",
                      distill=state.last(DistillConfig))

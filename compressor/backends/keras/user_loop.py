@@ -24,6 +24,12 @@ if TYPE_CHECKING:
 def start_user_training(state: ModelState, step: StepConfig | None, ctx: Context,
                         steps_per_epoch_: int | None) -> UserTraining:
     kind = step.kind if step is not None else None
+    if kind == "prune" and not step.leaves_zeros:
+        # Channels go first, in one shot; the user's loop then fine-tunes the smaller model.
+        from compressor.backends.keras.channels import channel_pruned
+
+        state = channel_pruned(state, step.model_copy(update={"epochs": 0}), ctx)
+        return UserTraining(state=state, step=step, model=clone_keras_model(state.model))
     if kind == "prune":
         model, callbacks = _pruning_model(state.model, step, ctx, steps_per_epoch_)
         return UserTraining(state=state, step=step, model=model, callbacks=callbacks)
@@ -42,7 +48,7 @@ def start_user_training(state: ModelState, step: StepConfig | None, ctx: Context
 def end_user_training(training: UserTraining, ctx: Context) -> ModelState:
     step, state = training.step, training.state
     kind = step.kind if step is not None else None
-    if kind == "prune":
+    if kind == "prune" and step.leaves_zeros:
         stripped = import_tfmot().sparsity.keras.strip_pruning(training.model)
         # Exactly the recipe's sparsity, also when the loop stopped before the schedule's end.
         return state.replace(model=one_shot_pruned(stripped, step.sparsity))

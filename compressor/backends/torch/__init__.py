@@ -54,6 +54,11 @@ class TorchBackend:
         return predict(model, x, batch_size)
 
     def prune(self, state: ModelState, config: PruneConfig, ctx: Context) -> ModelState:
+        """unstructured: zeros in place (masks); channel: a smaller dense model (torch-pruning)."""
+        if config.structure == "channel":
+            from compressor.backends.torch.channels import channel_pruned
+
+            return channel_pruned(state, config, ctx)
         from compressor.backends.torch.prune import pruned_model
 
         return state.replace(model=pruned_model(state, config, ctx))

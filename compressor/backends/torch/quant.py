@@ -60,7 +60,8 @@ def qat_model(state: ModelState, config: QuantizeConfig, ctx: Context) -> torch.
 
 def preserves_zeros(state: ModelState, config: QuantizeConfig) -> bool:
     """QAT keeps pruned weights at zero after a prune step, unless the recipe says not to."""
-    return config.preserve_sparsity and state.last(PruneConfig) is not None
+    prune = state.last(PruneConfig)
+    return config.preserve_sparsity and prune is not None and prune.leaves_zeros
 
 
 def ptq_model(state: ModelState, config: QuantizeConfig, ctx: Context) -> torch.fx.GraphModule:

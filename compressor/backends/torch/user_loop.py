@@ -58,6 +58,11 @@ def start_user_training(state: ModelState, step: StepConfig | None, ctx: Context
                         steps_per_epoch_: int | None) -> UserTraining:
     kind = step.kind if step is not None else None
     masks = after_step = None
+    if kind == "prune" and not step.leaves_zeros:
+        # Channels go first, in one shot; the user's loop then fine-tunes the smaller model.
+        from compressor.backends.torch.channels import channel_pruned
+
+        state, kind = channel_pruned(state, step.model_copy(update={"epochs": 0}), ctx), None
     if kind == "prune":
         model = clone_module(state.model)
         steps = steps_per_epoch_ or steps_per_epoch(ctx, step, f"pruning to {step.sparsity:.0%}")
@@ -86,7 +91,7 @@ def end_user_training(training: UserTraining, ctx: Context) -> ModelState:
     kind = step.kind if step is not None else None
     set_mode(model, training=False)
     model.cpu()   # a loop may train on a GPU; export and validation run on the CPU
-    if kind == "prune":
+    if kind == "prune" and step.leaves_zeros:
         kernels = training.backend_state.kernels
         # Exactly the recipe's sparsity, also when the loop stopped before the schedule's end.
         apply_masks(kernels, magnitude_masks(kernels, step.sparsity))

@@ -1,0 +1,71 @@
+"""What both backends' channel pruning share: how many channels a group keeps, the MAC
+budget search of `target_macs`, and the report section (report.json `channel_pruning`).
+
+Framework-neutral: the backends pass in their own counting and pruning functions.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from compressor.steps import PruneConfig
+
+MAX_RATIO = 0.9           # target_macs never removes more than this fraction of a group
+BUDGET_SEARCH_STEPS = 7   # bisection steps of the ratio search (1/128 resolution)
+
+
+def kept_channels(importance: np.ndarray, ratio: float) -> np.ndarray:
+    """Sorted indices of the channels to keep: the most important round((1 - ratio) x n), >= 1."""
+    count = len(importance)
+    keep = max(1, count - int(round(ratio * count)))
+    return np.sort(np.argsort(-np.asarray(importance), kind="stable")[:keep])
+
+
+def l2_importance(kernels: list[np.ndarray]) -> np.ndarray:
+    """Per output channel (last axis): the L2 norm of its weights, each layer's norms divided
+    by their mean so that every layer feeding the group weighs the same, summed."""
+    total = 0.0
+    for kernel in kernels:
+        norms = np.sqrt(np.sum(np.square(kernel.reshape(-1, kernel.shape[-1])), axis=0))
+        total = total + norms / max(float(np.mean(norms)), 1e-12)
+    return np.asarray(total)
+
+
+def channel_ratio(config: PruneConfig, macs_at: Callable[[float], int]) -> float:
+    """config.sparsity, or with `target_macs` the smallest ratio (to 1/128) whose pruned model
+    has at most target_macs x the MACs of the unpruned one (MAX_RATIO if none does)."""
+    if config.target_macs is None:
+        return float(config.sparsity)
+    budget = config.target_macs * macs_at(0.0)
+    low, high = 0.0, MAX_RATIO
+    if macs_at(high) > budget:
+        return high
+    for _ in range(BUDGET_SEARCH_STEPS):
+        middle = (low + high) / 2
+        low, high = (low, middle) if macs_at(middle) <= budget else (middle, high)
+    return high
+
+
+@dataclass(frozen=True)
+class ChannelPruning:
+    """report.json `channel_pruning`: the applied ratio, the framework model's params / MACs
+    before and after (each artifact's own, read back from its file, are in its row), and
+    the layers left whole with the reason."""
+
+    ratio: float
+    model_before: dict[str, int]
+    model_after: dict[str, int]
+    groups_pruned: int
+    kept_whole: tuple[dict[str, Any], ...] = ()
+    target_macs: float | None = None
+    key: str = field(default="channel_pruning", init=False)
+
+    def report(self, artifacts: Mapping[str, Path]) -> dict[str, Any]:
+        return {"structure": "channel", "ratio": round(self.ratio, 4),
+                "target_macs": self.target_macs, "model_before": self.model_before,
+                "model_after": self.model_after, "groups_pruned": self.groups_pruned,
+                "kept_whole": list(self.kept_whole)}

@@ -1,0 +1,154 @@
+"""Channel pruning of Functional / Sequential tf_keras models: a smaller dense model.
+
+channel_groups.py finds which channels go together; here each free group keeps its most
+important channels (L2 norm of the Conv / Dense filters feeding it), the model is rebuilt
+from its config with fewer filters / units, and every layer's weights are sliced to the
+kept channels (output axis by the layer's own group, input axis by its input's layout;
+BatchNorm and depthwise weights per channel). Then it is fine-tuned like any other step.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from compressor.backends.channel_plan import ChannelPruning, channel_ratio, kept_channels, \
+    l2_importance
+from compressor.backends.keras.channel_groups import (
+    CONVS,
+    SLICED_CHANNELWISE,
+    SOURCES,
+    ChannelGroups,
+    group_channels,
+    layout_indices,
+)
+from compressor.backends.keras.env import import_tf_keras
+from compressor.backends.keras.train import fine_tune
+from compressor.errors import BackendUnavailableError, ModelLoadError, first_line
+from compressor.steps import DistillConfig
+
+if TYPE_CHECKING:
+    from compressor.context import Context, ModelState
+    from compressor.steps import PruneConfig
+
+KERNEL_LAYERS = (*SOURCES, "DepthwiseConv2D")
+
+
+def channel_pruned(state: ModelState, config: PruneConfig, ctx: Context) -> ModelState:
+    """The state with a model that has `ratio` of each free group's channels removed,
+    fine-tuned for `config.epochs`, and the `channel_pruning` report section."""
+    model = as_functional(state.model)
+    groups = group_channels(model)
+    roots = groups.roots()
+    free = {root: info for root, info in roots.items()
+            if not info["blocked"] and info["sources"] and info["size"] > 1}
+    if not free:
+        raise BackendUnavailableError(f"{model.name} has no channel group that can be pruned "
+                                      "safely; use structure: unstructured for this model")
+    importance = {root: l2_importance([_kernel(model.get_layer(s)) for s in info["sources"]])
+                  for root, info in free.items()}
+
+    def pruned_at(ratio: float) -> Any:
+        kept = {root: kept_channels(imp, ratio) for root, imp in importance.items()}
+        return rebuild_with_channels(model, groups, kept)
+
+    ratio = channel_ratio(config, lambda r: keras_macs(pruned_at(r)) if r else keras_macs(model))
+    description = f"channel pruning {ratio:.0%}, fine-tuning"
+    pruned = fine_tune(lambda: pruned_at(ratio), model, config, ctx, description,
+                       distill=state.last(DistillConfig))
+    section = ChannelPruning(
+        ratio=ratio, target_macs=config.target_macs, groups_pruned=len(free),
+        model_before={"params": int(model.count_params()), "macs": keras_macs(model)},
+        model_after={"params": int(pruned.count_params()), "macs": keras_macs(pruned)},
+        kept_whole=tuple(_kept_whole(roots)))
+    return state.replace(model=pruned).with_section(section)
+
+
+def as_functional(model: Any) -> Any:
+    """A Sequential model as the equal Functional model (same layers); Functional as is."""
+    tf_keras = import_tf_keras()
+    if isinstance(model, tf_keras.Sequential):
+        try:
+            return tf_keras.Model(model.inputs, model.outputs, name=model.name)
+        except (ValueError, AttributeError, TypeError) as exc:
+            raise ModelLoadError(f"cannot read the graph of Sequential {model.name} "
+                                 f"({first_line(exc)}); give it an Input layer") from None
+    return model
+
+
+def rebuild_with_channels(model: Any, groups: ChannelGroups, kept: dict[int, np.ndarray]) -> Any:
+    """A new Functional model with the kept channels only, its weights sliced from `model`'s."""
+    tf_keras = import_tf_keras()
+    config = model.get_config()
+    for entry in config["layers"]:
+        name = entry["name"]
+        if entry["class_name"] in SOURCES and name in groups.outputs and \
+                groups.outputs[name][0] == "channels":
+            (group, _), = groups.outputs[name][1]
+            if groups.find(group) in kept:
+                key = "units" if entry["class_name"] == "Dense" else "filters"
+                entry["config"][key] = int(len(kept[groups.find(group)]))
+    # Custom layer classes only: passing built-in ones swaps in other variants (BatchNorm V1).
+    custom = {type(layer).__name__: type(layer) for layer in model.layers
+              if not type(layer).__module__.startswith("tf_keras.")}
+    try:
+        rebuilt = tf_keras.Model.from_config(config, custom_objects=custom)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise BackendUnavailableError(f"cannot rebuild {model.name} with fewer channels "
+                                      f"({first_line(exc)}); use structure: unstructured") from None
+    for layer in rebuilt.layers:
+        old = model.get_layer(layer.name)
+        weights = old.get_weights()
+        if weights:
+            layer.set_weights(_sliced(old, weights, groups, kept))
+    return rebuilt
+
+
+def _sliced(layer: Any, weights: list[np.ndarray], groups: ChannelGroups,
+            kept: dict[int, np.ndarray]) -> list[np.ndarray]:
+    kind, name = type(layer).__name__, layer.name
+    layout_in, layout_out = groups.inputs.get(name), groups.outputs.get(name)
+    if kind in SOURCES and layout_in is not None:
+        rows = layout_indices(layout_in, kept, groups)
+        cols = layout_indices(layout_out, kept, groups)
+        kernel = np.take(np.take(weights[0], rows, axis=-2), cols, axis=-1)
+        return [kernel, *(np.take(w, cols, axis=-1) for w in weights[1:])]
+    if kind in SLICED_CHANNELWISE and layout_in is not None:
+        channels = layout_indices(layout_in, kept, groups)
+        if kind == "DepthwiseConv2D":
+            return [np.take(weights[0], channels, axis=2),
+                    *(np.take(w, channels, axis=-1) for w in weights[1:])]
+        return [np.take(w, channels, axis=-1) for w in weights]
+    return weights
+
+
+def keras_macs(model: Any) -> int:
+    """Multiply-accumulates of one sample: output positions x kernel elements per conv /
+    depthwise / dense layer (as runtimes.common.kernel_macs counts an artifact)."""
+    total = 0
+    for layer in _leaf_layers(model):
+        kind = type(layer).__name__
+        if kind in KERNEL_LAYERS and layer.weights:
+            shape = layer.output_shape
+            positions = int(np.prod([d or 1 for d in shape[1:-1]], dtype=np.int64))
+            total += positions * int(np.prod(layer.weights[0].shape))
+    return total
+
+
+def _kernel(layer: Any) -> np.ndarray:
+    """The kernel with output channels last (Conv: (k.., in, out), Dense: (in, out))."""
+    kernel = layer.get_weights()[0]
+    if type(layer).__name__ in CONVS or type(layer).__name__ == "Dense":
+        return kernel
+    raise BackendUnavailableError(f"layer {layer.name} has no kernel to rank channels by")
+
+
+def _kept_whole(roots: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Blocked groups with Conv / Dense layers in them: what the report lists as left whole."""
+    return [{"layers": sorted(info["sources"]), "reason": "; ".join(sorted(info["blocked"]))}
+            for info in roots.values() if info["blocked"] and info["sources"]]
+
+
+def _leaf_layers(model: Any) -> list:
+    return [leaf for layer in model.layers
+            for leaf in (_leaf_layers(layer) if hasattr(layer, "layers") else [layer])]
