@@ -44,6 +44,11 @@ def quantize_onnx_static(fp32_path: Path, out_path: Path,
     if not calibration:
         raise DataError("int8 calibration needs at least one batch of inputs; pass "
                         "training data (x_train): calibration runs the model on it")
+    # With float nodes, ReLU / Clip stay explicit: by default the quantizer deletes them and
+    # lets the next QuantizeLinear's clamp do their work, and keep_float_kernels (onnx_mixed)
+    # feeds a float kernel the tensor from before that QuantizeLinear: pre-activation values.
+    # onnxruntime fuses the kept activations into the int8 kernels again (Relu/Clip+Q fusion).
+    options = {**STATIC_OPTIONS, "QDQKeepRemovableActivations": bool(exclude_nodes)}
     with tempfile.TemporaryDirectory(prefix="onnx-quant-", dir=Path(out_path).parent) as tmp:
         prepared = preprocessed(Path(fp32_path), Path(tmp) / "prepared.onnx")
         reader = CalibrationFeeds(prepared, calibration)
@@ -52,7 +57,7 @@ def quantize_onnx_static(fp32_path: Path, out_path: Path,
             per_channel=True, reduce_range=False, activation_type=QuantType.QUInt8,
             weight_type=QuantType.QInt8,
             nodes_to_exclude=prepared_names(prepared, exclude_nodes),
-            extra_options=dict(STATIC_OPTIONS)), "static")
+            extra_options=options), "static")
 
 
 def quantize_onnx_dynamic(fp32_path: Path, out_path: Path,
