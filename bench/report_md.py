@@ -108,6 +108,9 @@ def zoo_section(zoo: dict, cpu: dict) -> list[str]:
     settings = ("- Toolkit int8 ONNX: 7-bit weights (onnxruntime `reduce_range`, against the "
                 "16-bit pair-sum saturation of u8 x s8 on AVX2) and spatial ReduceMean rewritten "
                 "as GlobalAveragePool (an int8 kernel); the vendor file is onnxruntime's defaults.")
+    misses = [f"{r['net']}/{r['framework']} {r['runtime']} {r['int8_vs_fp32']}"
+              for r in zoo.get("ratios", []) if (r["int8_vs_fp32"] or 9) > 0.9]
+    settings += "\n- int8 / fp32 above 0.9: " + ("; ".join(misses) or "none")
     run = zoo.get("run")
     if run:
         intro += (f" Run separately from the other cases: commit {run.get('commit')}, "
