@@ -105,9 +105,20 @@ def zoo_section(zoo: dict, cpu: dict) -> list[str]:
             "int8 dot products, so int8 convs run on AVX2 (u8 x s8 pairs summed in 16 bits), "
             "about 1.5-2.5x float throughput, and element-wise int8 ops (sigmoid, multiply) are "
             "no faster than float.")
-    return (["## 5. Zoo (batch 1, p50 ms, 1 thread)", "", intro, ""]
+    settings = ("- Toolkit int8 ONNX: 7-bit weights (onnxruntime `reduce_range`, against the "
+                "16-bit pair-sum saturation of u8 x s8 on AVX2) and spatial ReduceMean rewritten "
+                "as GlobalAveragePool (an int8 kernel); the vendor file is onnxruntime's defaults.")
+    misses = [f"{r['net']}/{r['framework']} {r['runtime']} {r['int8_vs_fp32']}"
+              for r in zoo.get("ratios", []) if (r["int8_vs_fp32"] or 9) > 0.9]
+    settings += "\n- int8 / fp32 above 0.9: " + ("; ".join(misses) or "none")
+    run = zoo.get("run")
+    if run:
+        intro += (f" Run separately from the other cases: commit {run.get('commit')}, "
+                  f"{run.get('started')}, {_fmt(run.get('wall_s'), 0)} s, load average "
+                  f"{run.get('loadavg_start')} -> {run.get('loadavg_end')}.")
+    return (["## 6. Zoo (batch 1, p50 ms, 1 thread)", "", intro, ""]
             + _table(["net", "origin", "runtime", "fp32", "int8", "vendor int8", "int8 / fp32",
-                      "int8 / vendor", "acc", "vendor acc"], rows) + [note, ""])
+                      "int8 / vendor", "acc", "vendor acc"], rows) + [note, settings, ""])
 
 
 def overhead_section(overhead: dict) -> list[str]:

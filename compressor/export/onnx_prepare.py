@@ -22,7 +22,47 @@ def preprocessed(source: Path, target: Path) -> Path:
     except Exception:   # noqa: BLE001 - onnxruntime raises bare Exception here; retried below
         quantizing(lambda: quant_pre_process(str(source), str(target), skip_symbolic_shape=True),
                    "pre-processing")
+    global_average_pools(target)
     return target
+
+
+def global_average_pools(path: Path) -> None:
+    """ReduceMean over the spatial axes of a 4-D tensor (how PyTorch's AdaptiveAvgPool2d(1) and
+    tf2onnx's global pooling arrive) -> GlobalAveragePool (+ Flatten without keepdims), in
+    place: onnxruntime's quantizer leaves ReduceMean float, between a DequantizeLinear and a
+    QuantizeLinear; GlobalAveragePool runs as QLinearGlobalAveragePool. Measured: those
+    ReduceMean + Q/DQ took ~15% of an EfficientNet-style net's int8 time."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    proto = onnx.load(str(path))
+    graph = proto.graph
+    constants = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
+    ranks = {value.name: len(value.type.tensor_type.shape.dim)
+             for value in list(graph.value_info) + list(graph.input)}
+    changed = False
+    for node in list(graph.node):
+        if node.op_type != "ReduceMean" or ranks.get(node.input[0]) != 4:
+            continue
+        attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        axes = attributes.get("axes")
+        if axes is None and len(node.input) > 1:
+            axes = constants.get(node.input[1])
+        if axes is None or sorted(int(a) % 4 for a in axes) != [2, 3]:
+            continue
+        keep = attributes.get("keepdims", 1)
+        pooled = node.output[0] if keep else f"{node.output[0]}_pooled"
+        new = [helper.make_node("GlobalAveragePool", [node.input[0]], [pooled], name=node.name)]
+        if not keep:
+            new.append(helper.make_node("Flatten", [pooled], [node.output[0]], axis=1,
+                                        name=f"{node.name}_flatten"))
+        index = list(graph.node).index(node)
+        graph.node.remove(node)
+        for offset, replacement in enumerate(new):
+            graph.node.insert(index + offset, replacement)
+        changed = True
+    if changed:
+        onnx.save(proto, str(path))
 
 
 def quantizing(run: Any, kind: str) -> None:

@@ -40,8 +40,8 @@ def _save(nodes, inputs, outputs, initializers, path: Path) -> Path:
 
 
 def conv_net(path: Path) -> Path:
-    """Conv -> BatchNorm -> Relu -> Conv -> Add(skip) -> Relu -> GlobalAveragePool -> Gemm,
-    conv weights 30% zeros (pruned)."""
+    """Conv -> BatchNorm -> Relu -> Conv -> Add(skip) -> Relu -> ReduceMean over H, W (how
+    PyTorch exports global pooling) -> Gemm, conv weights 30% zeros (pruned)."""
     c = 16
     nodes = [
         helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
@@ -50,7 +50,7 @@ def conv_net(path: Path) -> Path:
         helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
         helper.make_node("Add", ["c2", "r1"], ["s"], name="skip"),
         helper.make_node("Relu", ["s"], ["r2"], name="relu2"),
-        helper.make_node("GlobalAveragePool", ["r2"], ["p"], name="pool"),
+        helper.make_node("ReduceMean", ["r2"], ["p"], name="pool", axes=[2, 3], keepdims=1),
         helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
         helper.make_node("Gemm", ["f", "wd", "bd"], ["y"], name="head", transB=1),
     ]
@@ -132,10 +132,14 @@ def test_static_runs_every_kernel_in_int8_and_keeps_zeros(built, tmp_path):
     ops, requantized = optimized_ops(out, tmp_path)
     assert not any(ops[op] for op in FLOAT_KERNELS), ops
     assert ops["QLinearConv"] == 2 and ops["QLinearAdd"] == 1, ops
+    assert ops["QLinearGlobalAveragePool"] == 1 and not ops["ReduceMean"], ops
     assert requantized == 0
     assert "BatchNormalization" not in inspect_artifact(out).ops       # folded into conv1
     kernels = [w for w in inspect_artifact(out).weights if w.is_kernel]
     assert {w.dtype for w in kernels} == {"int8"}
+    int8_weights = [numpy_helper.to_array(init) for init in onnx.load(str(out)).graph.initializer
+                    if init.data_type == TensorProto.INT8 and len(init.dims) > 1]
+    assert max(int(np.abs(w).max()) for w in int8_weights) <= 64   # 7-bit (reduce_range)
     conv_zeros = sum(w.zeros for w in kernels if len(w.shape) == 4) / \
         sum(w.size for w in kernels if len(w.shape) == 4)
     assert conv_zeros >= 0.29                 # pruned zeros stay exact zeros in int8
