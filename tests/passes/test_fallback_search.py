@@ -27,6 +27,12 @@ class FakeBackend:
     def __init__(self, layers=LAYERS):
         self.layers = layers
 
+    def describe(self, model, example=None):
+        """A conv / dense model: ptq stays static int8."""
+        from compressor.backends.base import ModelInfo
+
+        return ModelInfo(params=0, inputs=(), outputs=(), size_bytes=0)
+
     def quantize(self, state, config, ctx):
         return state
 
@@ -68,8 +74,7 @@ def _run(ctx, backend=None, **config):
 
 
 def _result(state):
-    (section,) = state.sections
-    assert section.key == "fallback"
+    (section,) = [s for s in state.sections if s.key == "fallback"]
     return section
 
 
