@@ -170,8 +170,8 @@ def test_keras3_file_is_rebuilt_in_tf_keras(backend, tmp_path):
 
 @slow
 def test_softmax_heads_are_detected():
-    from compressor.backends.keras.train import outputs_probabilities
+    from compressor.backends.keras.train import Outputs, outputs_probabilities
 
     x = np.random.default_rng(0).random((16, 8, 8, 1), dtype=np.float32)
-    assert outputs_probabilities(km.digits_cnn(softmax=True), x)
-    assert not outputs_probabilities(km.digits_cnn(softmax=False), x)
+    assert outputs_probabilities(Outputs().probe(km.digits_cnn(softmax=True), x))
+    assert not outputs_probabilities(Outputs().probe(km.digits_cnn(softmax=False), x))
