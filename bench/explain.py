@@ -128,6 +128,16 @@ def _ratio(rows: list[dict], key: str) -> str:
     return f"{rows[-1][key] / rows[0][key]:.2f}"
 
 
+def _transformer(target: dict, results: dict) -> str:
+    """The three artifacts' own numbers, or the error that stopped the case."""
+    if target["value"] is None:
+        errors = _case_errors(results, "transformer")
+        return "not measured" + (f": {errors[0][:300]}" if errors else " (case not run)")
+    rows = results["cases"]["transformer"].get("rows", [])
+    return "; ".join(f"{r['model']} {r['side']} {r['recipe']}: {r.get('size_bytes')} B, p50 "
+                     f"{r.get('p50_ms')} ms, fidelity {r.get('fidelity')}" for r in rows)
+
+
 def why_missed(name: str, target: dict, results: dict) -> str:
     if name.startswith(("int8_size", "int8_prune30")):
         return _size(name, target, results)
@@ -137,4 +147,6 @@ def why_missed(name: str, target: dict, results: dict) -> str:
         return _overhead(name, target, results)
     if name == "scaling_growth":
         return _scaling(name, target, results)
+    if name.startswith("transformer_"):
+        return _transformer(target, results)
     return ""

@@ -1,12 +1,16 @@
 """Runs artifacts in their runtimes, in a child process of the harness (a crash stays there).
 
     python -m bench.probe evaluate --data digits|FILE.npz ARTIFACT...
-    python -m bench.probe latency --threads N --rounds R --runs K ARTIFACT...
+    python -m bench.probe latency --threads N --rounds R --runs K [--inputs FILE.npz] ARTIFACT...
+    python -m bench.probe fidelity --data FILE.npz ARTIFACT...
 
 Both sides' artifacts (toolkit and baseline) go through this same code, which uses
 compressor.runtimes (LiteRT / onnxruntime), so differences come from the artifacts.
 `latency` opens every artifact once, warms each up, then times them round-robin
-(A B A B ...) and reports the median of the per-round batch-1 p50s.
+(A B A B ...) and reports the median of the per-round batch-1 p50s: on random float inputs,
+or on the first row of the named inputs `x.NAME` in --inputs (token ids, several inputs).
+`fidelity` compares each artifact's outputs on the inputs `x.NAME` with the reference
+outputs `ref.NAME` (the float model's): mean cosine per output, and the lowest of them.
 """
 from __future__ import annotations
 
@@ -60,7 +64,36 @@ def evaluate(paths: list[str], data: str) -> list[dict]:
     return rows
 
 
-def latency(paths: list[str], threads: int, rounds: int, runs: int, warmup: int = 20) -> dict:
+def named(npz_path: str, prefix: str) -> dict[str, np.ndarray]:
+    """The arrays `PREFIX.NAME` of an .npz, keyed by NAME."""
+    with np.load(npz_path) as npz:
+        return {k[len(prefix) + 1:]: npz[k] for k in npz.files if k.startswith(prefix + ".")}
+
+
+def fidelity(paths: list[str], data: str) -> list[dict]:
+    from compressor.runtimes import open_runtime
+    from compressor.validate import mean_cosine
+
+    inputs, reference = named(data, "x"), named(data, "ref")
+    rows = []
+    for path in paths:
+        row = {"path": path, **artifact_sizes(Path(path))}
+        try:
+            runtime = open_runtime(Path(path), threads=None)
+            outputs = runtime.predict(inputs)
+            if not isinstance(outputs, dict):      # one output: predict gives the array
+                outputs = {runtime.output_names[0]: outputs}
+            row["cosine"] = {name: round(mean_cosine(outputs[name], want), 6)
+                             for name, want in reference.items()}
+            row["fidelity"] = min(row["cosine"].values())
+        except Exception as exc:  # noqa: BLE001  recorded for this artifact; the others still run
+            row["error"] = f"{type(exc).__name__}: {str(exc)[:400]}"
+        rows.append(row)
+    return rows
+
+
+def latency(paths: list[str], threads: int, rounds: int, runs: int, warmup: int = 20,
+            inputs: str | None = None) -> dict:
     from compressor.runtimes import open_runtime
 
     rng = np.random.default_rng(0)
@@ -68,7 +101,8 @@ def latency(paths: list[str], threads: int, rounds: int, runs: int, warmup: int 
     for path in paths:
         try:
             runtime = open_runtime(Path(path), threads=threads)
-            x = rng.random(input_shape(Path(path)), dtype=np.float32)
+            x = {k: v[:1] for k, v in named(inputs, "x").items()} if inputs else \
+                rng.random(input_shape(Path(path)), dtype=np.float32)
             runtime.latency_ms(x, warmup=warmup, runs=runs)   # warm-up round, not recorded
             opened[path] = (runtime, x)
             result[path] = {"p50_rounds": [], "runtime_version": runtime.name,
@@ -93,12 +127,19 @@ def main() -> None:
     lat.add_argument("--threads", type=int, required=True)
     lat.add_argument("--rounds", type=int, default=5)
     lat.add_argument("--runs", type=int, default=100)
+    lat.add_argument("--inputs", help=".npz with the inputs as x.NAME arrays")
     lat.add_argument("paths", nargs="+")
+    fid = sub.add_parser("fidelity")
+    fid.add_argument("--data", required=True, help=".npz with x.NAME inputs, ref.NAME outputs")
+    fid.add_argument("paths", nargs="+")
     args = parser.parse_args()
     if args.command == "evaluate":
         print(json.dumps(evaluate(args.paths, args.data)))
+    elif args.command == "fidelity":
+        print(json.dumps(fidelity(args.paths, args.data)))
     else:
-        print(json.dumps(latency(args.paths, args.threads, args.rounds, args.runs)))
+        print(json.dumps(latency(args.paths, args.threads, args.rounds, args.runs,
+                                 inputs=args.inputs)))
 
 
 if __name__ == "__main__":

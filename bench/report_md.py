@@ -121,6 +121,29 @@ def zoo_section(zoo: dict, cpu: dict) -> list[str]:
                       "int8 / vendor", "acc", "vendor acc"], rows) + [note, settings, ""])
 
 
+def transformer_section(case: dict) -> list[str]:
+    rows = [[r["model"], f"{r['side']} {r['recipe']}", r.get("size_bytes"), r.get("p50_ms"),
+             (r.get("cosine") or {}).get("last_hidden_state"),
+             (r.get("cosine") or {}).get("pooler_output"), r.get("error", "")[:80]]
+            for r in case.get("rows", [])]
+    models = case.get("models", {})
+    trained = next((m["training"] for m in models.values() if "training" in m), {})
+    picked = next((m.get("toolkit_int8_report", {}).get("quantize") for m in models.values()), None)
+    intro = ("Hugging Face BertModel from a BertConfig (int64 input_ids + attention_mask, seq "
+             "32): bert6x384 = 6 layers, 384 wide, 30522-token vocabulary, random init (size, "
+             "speed); bert2x64 = 2 layers, 64 wide, trained in the bench for a few seconds on a "
+             "synthetic token task (fidelity). Toolkit `int8` (Python API, `validate: {metric: "
+             "fidelity}`) vs toolkit fp32 vs onnxruntime `quantize_dynamic(per_channel=True, "
+             "weight_type=QInt8)` on the toolkit's fp32 ONNX. p50: batch 1, 1 thread, the three "
+             "artifacts round-robin in one process. Cosine: mean per row vs the float PyTorch "
+             "model, 64 rows.")
+    notes = [f"- int8 mode the toolkit picked: {(picked or {}).get('mode', '?')}; bert2x64 "
+             f"training: {trained or '?'}", ""]
+    return (["## 6. Transformer (BERT-style encoder, onnxruntime)", "", intro, ""]
+            + _table(["model", "artifact", "raw B", "p50 ms", "cos last_hidden_state",
+                      "cos pooler_output", "error"], rows) + notes)
+
+
 def overhead_section(overhead: dict) -> list[str]:
     rows = [[f"{r['net']}/{r['framework']}", r["format"], r["repeats"], r["toolkit_wall_s"],
              r["baseline_wall_s"], r["wall_ratio"], r.get("toolkit_cpu_s"), r.get("baseline_cpu_s"),
@@ -193,7 +216,8 @@ def render(results: dict) -> str:
     cases = results.get("cases", {})
     sections = {"size": size_section, "speed": lambda case: speed_section(case, cpu),
                 "overhead": overhead_section, "scaling": scaling_section,
-                "zoo": lambda case: zoo_section(case, cpu), "channels": channels_section}
+                "zoo": lambda case: zoo_section(case, cpu), "channels": channels_section,
+                "transformer": transformer_section}
     for key, section in sections.items():
         if key in cases:
             lines += section(cases[key])

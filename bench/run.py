@@ -4,7 +4,8 @@
     python -m bench.run --only size,speed    # a subset -> build/bench/results-size-speed.{json,md}
     python -m bench.run --quick              # fewer repeats and rounds (development)
 
-Cases: size (+ accuracy), speed, overhead, scaling, zoo (int8 vs fp32 vs vendor int8). Every
+Cases: size (+ accuracy), speed, overhead, scaling, zoo (int8 vs fp32 vs vendor int8),
+transformer (BERT int8 vs fp32 vs onnxruntime quantize_dynamic). Every
 case is independent: one that fails is recorded in the results as an error, and the others
 still run.
 """
@@ -22,13 +23,13 @@ import traceback
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import (case_channels, case_overhead, case_scaling, case_size, case_speed, case_zoo,
-                   report_md, targets)
+from bench import (case_channels, case_overhead, case_scaling, case_size, case_speed,
+                   case_transformer, case_zoo, report_md, targets)
 from bench.explain import why_missed
 from bench.measure import REPO, error_line, python_cmd, run_process
 from bench.sides import BUILD, MODELS
 
-CASES = ("size", "speed", "overhead", "scaling", "zoo", "channels")
+CASES = ("size", "speed", "overhead", "scaling", "zoo", "channels", "transformer")
 
 
 def log(message: str) -> None:
@@ -60,6 +61,9 @@ def run_case(name: str, models: dict, results: dict, args: argparse.Namespace) -
         return case_zoo.run(log, rounds=2 if quick else 5, runs_per_round=50 if quick else 100)
     if name == "channels":
         return case_channels.run(log, rounds=2 if quick else 5, runs_per_round=50 if quick else 100)
+    if name == "transformer":
+        return case_transformer.run(log, rounds=2 if quick else 5,
+                                    runs_per_round=30 if quick else 100)
     if name == "overhead":
         return case_overhead.run(models, log, repeats=1 if quick else 3, torch_form=args.torch_form)
     return case_scaling.run(models, log)
@@ -143,8 +147,9 @@ def main(argv: list[str] | None = None) -> int:
                         "machine": platform.machine(), "cpu": cpu_facts(), "commit": git_commit(),
                         "loadavg_start": [round(x, 2) for x in os.getloadavg()]},
                "cases": {}}
-    # The zoo and channels cases build their own nets; the others share the prepared ones.
-    frameworks = (["keras"] if set(cases) - {"zoo", "channels"} else []) + \
+    # The zoo, channels and transformer cases build their own nets; the others share the
+    # prepared ones.
+    frameworks = (["keras"] if set(cases) - {"zoo", "channels", "transformer"} else []) + \
         (["torch"] if set(cases) & {"size", "speed", "overhead"} else [])
     prepare_started = time.perf_counter()
     models, errors = prepare_models(frameworks)

@@ -63,6 +63,28 @@ def zoo_targets(zoo: dict | None) -> dict:
     }
 
 
+def transformer_targets(transformer: dict | None) -> dict:
+    """The toolkit's int8 of a BERT-style encoder against onnxruntime's own quantize_dynamic
+    (per-channel) on the same fp32 ONNX: size and batch-1 p50 on the 6-layer 384-wide one,
+    fidelity on the small one trained in the bench."""
+    r = (transformer or {}).get("ratios", {})
+    where = "bert6x384, onnxruntime 1 thread"
+    fidelity, vendor = r.get("int8_fidelity"), r.get("vendor_fidelity")
+    margin = None if fidelity is None or vendor is None else round(fidelity - vendor, 6)
+    return {
+        "transformer_int8_size_vs_vendor": _target(
+            r.get("int8_size_vs_vendor"), 1.02, "<=", "BERT int8 ONNX size / onnxruntime "
+            "quantize_dynamic size", f"{where}; int8 / fp32 {r.get('int8_size_vs_fp32')}"),
+        "transformer_int8_latency_vs_vendor": _target(
+            r.get("int8_p50_vs_vendor"), 1.05, "<=", "BERT int8 batch-1 p50 / onnxruntime "
+            "quantize_dynamic p50", f"{where}; int8 / fp32 {r.get('int8_p50_vs_fp32')}"),
+        "transformer_int8_fidelity_vs_vendor": _target(
+            margin, -0.002, ">=", "BERT int8 fidelity - quantize_dynamic fidelity (lowest mean "
+            "cosine to the float model over last_hidden_state / pooler_output)",
+            f"bert2x64 trained in the bench: int8 {fidelity}, vendor {vendor}"),
+    }
+
+
 def _worst_of(rows: list[dict], key: str) -> tuple[float | None, str]:
     if not rows:
         return None, "not measured"
@@ -117,6 +139,7 @@ def compute(results: dict) -> dict:
     targets = {}
     targets.update(size_targets(cases.get("size")))
     targets.update(zoo_targets(cases.get("zoo")))
+    targets.update(transformer_targets(cases.get("transformer")))
     targets.update(overhead_targets(cases.get("overhead")))
     targets.update(scaling_targets(cases.get("scaling")))
     from bench.case_channels import targets as channel_targets

@@ -68,7 +68,7 @@ def quantize_onnx_static(fp32_path: Path, out_path: Path,
 def quantize_onnx_dynamic(fp32_path: Path, out_path: Path,
                           exclude_nodes: Sequence[str] = ()) -> None:
     """Dynamic int8 (per-channel QInt8 weights) of `fp32_path` written to `out_path`;
-    embedding tables as int8 rows behind DequantizeLinear -> Gather."""
+    embedding tables as int8 rows (one scale each), gathered before they are scaled."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 

@@ -3,7 +3,8 @@ per-channel symmetric int8 initializer feeding a DequantizeLinear (zero point 0,
 zeros stay exact zeros).
 
 Covers Conv / ConvTranspose / MatMul / Gemm weights, Gather (embedding) tables (one scale
-per row) and LSTM / GRU / RNN W and R (one scale per gate row). Used whole by
+per row; the int8 rows are gathered first and scaled after, so a run touches only the rows
+it looks up) and LSTM / GRU / RNN W and R (one scale per gate row). Used whole by
 `quantize_onnx_weight_only`, and for the embedding tables after `quantize_onnx_dynamic`
 (onnxruntime's dynamic Gather would store them as uint8 with one scale for the table).
 """
@@ -49,34 +50,67 @@ def store_int8_weights(proto: Any, exclude_nodes: Collection[str],
                                       f"opset {MIN_OPSET} or later")
     graph = proto.graph
     initializers = {init.name: init for init in graph.initializer}
-    made: dict[tuple[str, int], str] = {}      # (weight, axis) -> dequantized tensor name
-    new_nodes: list[tuple[Any, Any]] = []      # (DequantizeLinear, the node it feeds)
+    stored: dict[tuple[str, int], str] = {}    # (weight, axis) -> int8 initializer name
+    dequantized: dict[str, str] = {}           # int8 initializer -> DequantizeLinear output
+    new_nodes: list[tuple[Any, Any, int]] = []   # (node, the node it goes beside, 0 before / 1 after)
     for node in graph.node:
         if node.op_type not in op_types or node.name in exclude_nodes:
             continue
         for index, axis in _weight_axes(node, initializers):
             name = node.input[index]
-            if (name, axis) not in made:
-                values = numpy_helper.to_array(initializers[name])
-                quantized, scale = symmetric_int8(values, axis)
-                seen = any(weight == name for weight, _ in made)
+            if (name, axis) not in stored:
+                quantized, scale = symmetric_int8(numpy_helper.to_array(initializers[name]), axis)
+                seen = any(weight == name for weight, _ in stored)
                 base = f"{name}_int8_axis{axis}" if seen else f"{name}_int8"
                 graph.initializer.extend([numpy_helper.from_array(quantized, base),
                                           numpy_helper.from_array(scale, f"{base}_scale")])
-                made[(name, axis)] = f"{base}_dequantized"
-                dequantize = helper.make_node("DequantizeLinear", [base, f"{base}_scale"],
-                                              [made[(name, axis)]], name=f"{base}_dequantize",
-                                              axis=axis)
-                new_nodes.append((dequantize, node))
-            node.input[index] = made[(name, axis)]
-    for dequantize, consumer in new_nodes:   # each right before its first reader: still sorted
-        graph.node.insert(list(graph.node).index(consumer), dequantize)
+                stored[(name, axis)] = base
+            base = stored[(name, axis)]
+            if node.op_type == "Gather" and index == 0:
+                new_nodes += [(made, node, 1) for made in _gather_rows_first(
+                    node, base, len(initializers[name].dims) - axis - 1)]
+                continue
+            if base not in dequantized:
+                dequantized[base] = f"{base}_dequantized"
+                new_nodes.append((helper.make_node(
+                    "DequantizeLinear", [base, f"{base}_scale"], [dequantized[base]],
+                    name=f"{base}_dequantize", axis=axis), node, 0))
+            node.input[index] = dequantized[base]
+    for made, anchor, after in reversed(new_nodes):   # beside their anchors: still sorted
+        graph.node.insert(list(graph.node).index(anchor) + after, made)
     readers = {name for node in graph.node for name in node.input} | \
         {value.name for value in graph.output}
-    for name in {weight for weight, _ in made}:
+    for name in {weight for weight, _ in stored}:
         if name not in readers:
             graph.initializer.remove(initializers[name])
-    return len(made)
+    return len(stored)
+
+
+def _gather_rows_first(node: Any, base: str, trailing: int) -> list[Any]:
+    """Rewire the table lookup `node` to gather int8 rows and their scales, then multiply:
+    Cast(Gather(int8, ids)) * Gather(scale, ids). Dequantizing the whole table before the
+    Gather (DequantizeLinear -> Gather) costs a pass over every row on every run: on a
+    30k x 384 vocabulary that was most of a 6-layer BERT's batch-1 time."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    output, ids = node.output[0], node.input[1]
+    rows = f"{output}_int8_rows"   # (a converter's names such as x_scale are taken)
+    node.input[0], node.output[0] = base, rows
+    made = [helper.make_node("Cast", [rows], [f"{rows}_float"],
+                             name=f"{node.name}_cast", to=TensorProto.FLOAT),
+            helper.make_node("Gather", [f"{base}_scale", ids], [f"{rows}_scale"],
+                             name=f"{node.name}_scale", axis=0)]
+    scale = f"{rows}_scale"
+    if trailing:   # the scale of each gathered row broadcasts over the row's own axes
+        axes = numpy_helper.from_array(np.arange(-trailing, 0, dtype=np.int64),
+                                       f"{rows}_scale_axes")
+        made.append(helper.make_node("Constant", [], [axes.name], name=f"{node.name}_axes",
+                                     value=axes))
+        made.append(helper.make_node("Unsqueeze", [scale, axes.name], [f"{scale}_rows"],
+                                     name=f"{node.name}_unsqueeze"))
+        scale = f"{scale}_rows"
+    return made + [helper.make_node("Mul", [f"{rows}_float", scale], [output],
+                                    name=f"{node.name}_dequantize")]
 
 
 def symmetric_int8(values: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:

@@ -173,6 +173,11 @@ def test_dynamic_quantizes_weights_behind_transposes_and_embeddings(built, tmp_p
     assert ops.get("DynamicQuantizeLSTM") == 1, ops
     reference, quantized = run(built / "tokens.onnx", {"ids": ids}), run(out, {"ids": ids})
     assert all(cosine(a, b) > 0.98 for a, b in zip(reference, quantized))
+    # the embedding gathers int8 rows, then scales them: the table is never dequantized whole
+    graph = onnx.load(str(out)).graph
+    int8_tables = {i.name for i in graph.initializer if i.data_type == TensorProto.INT8
+                   and tuple(i.dims) == (50, 32)}
+    assert [n.op_type for n in graph.node if set(n.input) & int8_tables] == ["Gather"]
 
 
 def test_weight_only_stores_int8_and_computes_float(built, tmp_path):
