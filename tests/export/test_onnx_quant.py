@@ -8,6 +8,8 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+
+from artifact_checks import onnxruntime_graph
 import pytest
 
 from compressor.export.onnx_quant import (calibration_batches, quantize_onnx_dynamic,
@@ -91,19 +93,6 @@ def run(path: Path, feed: dict) -> list[np.ndarray]:
     return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feed)
 
 
-def optimized_ops(path: Path, tmp: Path) -> tuple[Counter, int]:
-    """onnxruntime's optimized graph: op counts, and DequantizeLinear -> QuantizeLinear pairs."""
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
-    options.optimized_model_filepath = str(tmp / f"{path.stem}.optimized.onnx")
-    ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    graph = onnx.load(options.optimized_model_filepath).graph
-    producers = {out: node.op_type for node in graph.node for out in node.output}
-    requantized = sum(node.op_type == "QuantizeLinear"
-                      and producers.get(node.input[0]) == "DequantizeLinear" for node in graph.node)
-    return Counter(node.op_type for node in graph.node), requantized
-
-
 def int8_byte_fraction(path: Path) -> float:
     """int8 share of the bytes of weight matrices (scales, zero points, biases left out)."""
     weights = [w for w in inspect_artifact(path).weights if len(w.shape) >= 2 and min(w.shape) > 1]
@@ -129,7 +118,8 @@ def test_static_runs_every_kernel_in_int8_and_keeps_zeros(built, tmp_path):
     x = RNG.random((64, 3, 12, 12), dtype=np.float32)
     out = tmp_path / "conv_int8.onnx"
     quantize_onnx_static(built / "conv.onnx", out, calibration_batches({"x": x}, 16))
-    ops, requantized = optimized_ops(out, tmp_path)
+    counts, requantized = onnxruntime_graph(out, tmp_path)
+    ops = Counter(counts)
     assert not any(ops[op] for op in FLOAT_KERNELS), ops
     assert ops["QLinearConv"] == 2 and ops["QLinearAdd"] == 1, ops
     assert ops["QLinearGlobalAveragePool"] == 1 and not ops["ReduceMean"], ops
