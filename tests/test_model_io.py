@@ -104,3 +104,14 @@ def test_hugging_face_bert_by_module_function(cli, tmp_path):
         assert row["metric_value"] >= 0.999, row
     runtime = open_runtime(tmp_path / "out" / "model.onnx")
     assert runtime.output_names == ["last_hidden_state", "pooler_output"]
+    # int8: dynamic (attention, LayerNorm, embeddings), int8 weights in both formats
+    (tmp_path / "int8.yaml").write_text(
+        "name: int8_fidelity\nextends: int8\nvalidate: {metric: fidelity, min_fidelity: 0.98}\n")
+    done = cli("--recipe", str(tmp_path / "int8.yaml"), "io_models:tiny_bert",
+               "--data", str(tmp_path / "ids.npz"), "--out", str(tmp_path / "int8"),
+               cwd=Path(__file__).parent)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads((tmp_path / "int8" / "report.json").read_text())
+    assert report["quantize"]["mode"] == "dynamic"
+    for row in report["artifacts"]:
+        assert row["metric_value"] >= 0.98 and row["int8_weight_share"] >= 0.9, row

@@ -47,6 +47,8 @@ def fp16(model, data, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def int8(model, data, tmp_path_factory):
+    # TFLite only: onnxruntime's dynamic quantizer leaves tf2onnx's LSTM op and the encoder's
+    # folded constants float (the weight-share gate fails such a file, exit 3; issue 13 open)
     return _compress(model, "int8", data, tmp_path_factory.mktemp("int8"), formats=("tflite",))
 
 
@@ -78,11 +80,13 @@ def test_onnx_has_only_standard_ops(model, fp16):
 def test_int8_tflite_passes(model, int8):
     """The built-in int8 picks dynamic int8 for these models (embeddings, recurrent layers,
     attention) and the file holds >= 90% int8 weight bytes, embedding tables included."""
-    assert int8.exit_code == 0 and int8.passed
+    assert int8.exit_code == 0 and int8.passed, int8.report["failures"]
     assert int8.report["quantize"]["mode"] == "dynamic"
-    entry = _artifacts(int8)["tflite"]
-    assert entry["metric_value"] >= 0.85
-    assert entry["int8_weight_share"] >= 0.9, entry["largest_float_weights"]
+    artifacts = _artifacts(int8)
+    assert sorted(artifacts) == ["tflite"]
+    for entry in artifacts.values():
+        assert entry["metric_value"] >= 0.85
+        assert entry["int8_weight_share"] >= 0.9, entry["largest_float_weights"]
 
 
 def test_artifacts_are_stateless(fp16, int8, data):
