@@ -51,9 +51,9 @@ def test_ray_sweep_matches_serial_rows_and_bytes(untrained_keras_file, tmp_path,
     # The Ray a local sweep starts for itself; held open here to read its listeners.
     with _ray_session(ray, None) as ray_temp:
         node_addresses = {node["NodeManagerAddress"] for node in ray.nodes()}
-        listeners = _listen_addresses()
         on_ray = sweep(model, recipes, "digits", tmp_path / "ray", latency=False,
                        executor="ray")
+        listeners = _listen_addresses()   # GCS, raylet, agents and the (now idle) workers
         # resume is unchanged: a second sweep finds every report and computes nothing
         again = sweep(model, recipes[:2], "digits", tmp_path / "ray", latency=False,
                       executor="ray")
