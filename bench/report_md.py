@@ -199,6 +199,15 @@ def channels_section(case: dict) -> list[str]:
                       "int8_qat", "int8_channels50", "ratio"], rows) + [""])
 
 
+def sweep_section(case: dict) -> list[str]:
+    rows = [[", ".join(r["recipes"]), r["workers"], r.get("serial_wall_s"), r.get("ray_wall_s"),
+             r.get("ray_speedup"), r.get("same_rows")] for r in case.get("rows", [])]
+    return (["## 8. Sweep on Ray (`compress sweep --executor ray`, local Ray, Keras digits)", "",
+             "Wall time of the whole command; Ray's includes starting it and workers' imports.", ""]
+            + _table(["recipes", "Ray CPUs", "serial wall s", "Ray wall s", "speed-up",
+                      "same rows"], rows) + [""])
+
+
 def render(results: dict) -> str:
     meta = results.get("meta", {})
     cpu = meta.get("cpu", {})
@@ -217,7 +226,7 @@ def render(results: dict) -> str:
     sections = {"size": size_section, "speed": lambda case: speed_section(case, cpu),
                 "overhead": overhead_section, "scaling": scaling_section,
                 "zoo": lambda case: zoo_section(case, cpu), "channels": channels_section,
-                "transformer": transformer_section}
+                "transformer": transformer_section, "sweep": sweep_section}
     for key, section in sections.items():
         if key in cases:
             lines += section(cases[key])

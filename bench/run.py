@@ -24,12 +24,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import (case_channels, case_overhead, case_scaling, case_size, case_speed,
-                   case_transformer, case_zoo, report_md, targets)
+                   case_sweep, case_transformer, case_zoo, report_md, targets)
 from bench.explain import why_missed
 from bench.measure import REPO, error_line, python_cmd, run_process
 from bench.sides import BUILD, MODELS
 
-CASES = ("size", "speed", "overhead", "scaling", "zoo", "channels", "transformer")
+CASES = ("size", "speed", "overhead", "scaling", "zoo", "channels", "transformer", "sweep")
 
 
 def log(message: str) -> None:
@@ -66,6 +66,8 @@ def run_case(name: str, models: dict, results: dict, args: argparse.Namespace) -
                                     runs_per_round=30 if quick else 100)
     if name == "overhead":
         return case_overhead.run(models, log, repeats=1 if quick else 3, torch_form=args.torch_form)
+    if name == "sweep":
+        return case_sweep.run(models, log)
     return case_scaling.run(models, log)
 
 

@@ -32,7 +32,13 @@ def _dispatch(argv: list[str]) -> int:
         from compressor import cli_commands
 
         return cli_commands.run(argv[0], argv[1:])
-    return _compress(_compress_parser().parse_args(argv))
+    args = _compress_parser().parse_args(argv)
+    if args.workers > 1:
+        from compressor import workers
+
+        if not workers.under_launcher():
+            return workers.launch(args.workers, workers.without_workers(argv))
+    return _compress(args)
 
 
 def _compress_parser() -> argparse.ArgumentParser:
@@ -59,6 +65,9 @@ def _compress_parser() -> argparse.ArgumentParser:
     parser.add_argument("--trust-pickle", action="store_true",
                         help="allow pickled PyTorch modules (loading them runs code from the file)")
     parser.add_argument("--no-latency", action="store_true", help="skip the latency measurement")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="PyTorch fine-tuning on N local data-parallel ranks (torchrun, gloo); "
+                             "rank 0 writes --out [default: 1]")
     parser.add_argument("--quiet", "-q", action="store_true", help="print errors only")
     parser.add_argument("--debug", action="store_true",
                         help="print the traceback of a failure (any command)")
@@ -67,18 +76,42 @@ def _compress_parser() -> argparse.ArgumentParser:
 
 def _compress(args: argparse.Namespace) -> int:
     from compressor.pipeline import compress
+    from compressor.workers import rank
 
-    formats = tuple(f.strip() for f in args.format.split(",")) if args.format else None
-    result = compress(
-        args.model, args.recipe, args.data, teacher=args.teacher, out_dir=Path(args.out),
-        target=args.target, formats=formats, seed=args.seed, weights=args.weights,
-        teacher_weights=args.teacher_weights, trust_pickle=args.trust_pickle, force=args.force,
-        quiet=args.quiet, latency=not args.no_latency, threads=args.threads)
+    if rank() > 0:
+        return _compress_other_rank(args)
+    result = compress(args.model, args.recipe, args.data, **_options(args))
     if not args.quiet:
         from compressor.summary import print_summary
 
         print_summary(result.report, result.out_dir)
     result.check()   # a failed gate / budget raises its typed error (exit 3 / 4)
+    return 0
+
+
+def _options(args: argparse.Namespace) -> dict:
+    formats = tuple(f.strip() for f in args.format.split(",")) if args.format else None
+    return dict(teacher=args.teacher, out_dir=Path(args.out), target=args.target,
+                formats=formats, seed=args.seed, weights=args.weights,
+                teacher_weights=args.teacher_weights, trust_pickle=args.trust_pickle,
+                force=args.force, quiet=args.quiet, latency=not args.no_latency,
+                threads=args.threads)
+
+
+def _compress_other_rank(args: argparse.Namespace) -> int:
+    """Ranks 1..N-1 train with rank 0 (every collective must be met), then drop what they made."""
+    import shutil
+    import tempfile
+
+    from compressor.pipeline import compress
+
+    scratch = tempfile.mkdtemp(prefix="compressor-rank-")
+    try:
+        compress(args.model, args.recipe, args.data, **{
+            **_options(args), "out_dir": Path(scratch), "force": True, "quiet": True,
+            "latency": False})
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     return 0
 
 

@@ -139,10 +139,15 @@ def _sweep(argv: list[str]) -> int:
     parser.add_argument("--target")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-latency", action="store_true")
+    parser.add_argument("--executor", choices=("serial", "ray"), default="serial",
+                        help="ray: one Ray task per recipe (pip install 'compressor[ray]')")
+    parser.add_argument("--address", help="with --executor ray: a running Ray cluster "
+                        "(default: a local Ray on 127.0.0.1, started for this sweep)")
     args = parser.parse_args(argv)
     frame = sweep(args.model, [r.strip() for r in args.recipes.split(",") if r.strip()], args.data,
                   args.out, weights=args.weights, teacher=args.teacher, target=args.target,
-                  seed=args.seed, latency=not args.no_latency)
+                  seed=args.seed, latency=not args.no_latency, executor=args.executor,
+                  address=args.address)
     frame.to_csv(args.out / "sweep.csv", index=False)
     plot_pareto(frame).savefig(args.out / "pareto.png", dpi=120)
     columns = ["recipe", "format", "size_bytes", "metric_value", "drop", "passed", "cached", "error"]

@@ -3,7 +3,7 @@
 Each recipe's artifacts and report stay under `out_dir/<recipe>/`. A recipe whose report was
 made for the same model and the same recipe (both hashed) is not run again, so a sweep that
 crashed half-way resumes where it stopped. A recipe that fails does not stop the sweep: its
-row carries the error.
+row carries the error. `executor="ray"` runs one Ray task per recipe (compressor/sweep_ray.py).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from compressor.errors import CompressorError, DataError
+from compressor.errors import CompressorError, DataError, UsageError
 from compressor.pipeline import finish, run_steps
 from compressor.recipe import Recipe, load_recipe
 from compressor.session import Session, open_session
@@ -27,15 +27,28 @@ ARTIFACT_COLUMNS = ("format", "path", "size_bytes", "gzip_bytes", "metric_value"
 
 
 def sweep(model: Any, recipes: Sequence[str | Path | Recipe], data: Any = "digits",
-          out_dir: str | Path = "sweep", *, quiet: bool = True, **options: Any):
-    """Run each recipe on `model`; one DataFrame row per (recipe, artifact)."""
+          out_dir: str | Path = "sweep", *, quiet: bool = True, executor: str = "serial",
+          address: str | None = None, **options: Any):
+    """Run each recipe on `model`; one DataFrame row per (recipe, artifact).
+
+    `executor="ray"` runs the recipes as Ray tasks: on the cluster at `address`, or on a local
+    Ray started for this sweep and shut down after it."""
     import pandas as pd
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    rows: list[dict[str, Any]] = []
-    for ref in recipes:
-        rows.extend(_sweep_one(model, ref, data, out, quiet=quiet, **options))
+    recipes = list(recipes)
+    if executor == "ray":
+        from compressor.sweep_ray import run_on_ray
+
+        per_recipe = run_on_ray(sweep_one, model, recipes, data, out, address, quiet=quiet, **options)
+    elif executor == "serial":
+        if address:
+            raise UsageError("address is for executor='ray'; drop it or add executor='ray'")
+        per_recipe = [sweep_one(model, ref, data, out, quiet=quiet, **options) for ref in recipes]
+    else:
+        raise UsageError(f"unknown sweep executor {executor!r}; use 'serial' or 'ray'")
+    rows = [row for recipe_rows in per_recipe for row in recipe_rows]
     frame = pd.DataFrame(rows)
     for column in ("recipe", *ARTIFACT_COLUMNS, "passed", "cached", "error"):
         if column not in frame:
@@ -47,7 +60,8 @@ def sweep(model: Any, recipes: Sequence[str | Path | Recipe], data: Any = "digit
     return frame
 
 
-def _sweep_one(model: Any, ref: Any, data: Any, out: Path, **options: Any) -> list[dict[str, Any]]:
+def sweep_one(model: Any, ref: Any, data: Any, out: Path, **options: Any) -> list[dict[str, Any]]:
+    """One recipe's rows (cached, computed, or its error); a Ray task runs exactly this."""
     try:
         recipe = load_recipe(ref)
         folder = out / recipe.name

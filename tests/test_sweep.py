@@ -53,3 +53,18 @@ def test_sweep_rows_errors_and_resume(tmp_path):
     assert "did you mean 'int8_prune30'" in failed["error"] and not failed["passed"]
     int8 = second[second.recipe == "int8"]
     assert (int8["drop"] <= 0.01).all() and (int8["size_bytes"] < 60_000).all()
+
+
+def test_sweep_refuses_unknown_executor_and_address_without_ray(tmp_path):
+    from compressor.errors import UsageError
+
+    with pytest.raises(UsageError, match="use 'serial' or 'ray'"):
+        sweep("model.keras", ["fp16"], out_dir=tmp_path, executor="dask")
+    with pytest.raises(UsageError, match="address is for executor='ray'"):
+        sweep("model.keras", ["fp16"], out_dir=tmp_path, address="10.0.0.1:6379")
+
+
+def test_cli_sweep_rejects_unknown_executor(cli):
+    result = cli("sweep", "model.keras", "--recipes", "fp16", "--executor", "dask")
+    assert result.returncode == 2 and "invalid choice: 'dask'" in result.stderr
+    assert "Traceback" not in result.stderr

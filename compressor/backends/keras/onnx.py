@@ -97,4 +97,19 @@ def _tf2onnx(log: Path, kind: str, convert) -> Any:
         more = f" and {len(unsupported) - 8} more" if len(unsupported) > 8 else ""
         raise BackendUnavailableError(f"tf2onnx left ops ONNX runtimes cannot run: "
                                       f"{', '.join(unsupported[:8])}{more}; export tflite only")
+    _number_unknown_dims(proto)
     return proto
+
+
+def _number_unknown_dims(proto: Any) -> None:
+    """tf2onnx names unknown dims `unk__<n>` from a process-wide counter, so the same model
+    gave different bytes after earlier conversions in the process (a serial sweep vs a Ray
+    worker); number them from 0 in graph order instead."""
+    import re
+
+    names: dict[str, str] = {}
+    values = [*proto.graph.input, *proto.graph.output, *proto.graph.value_info]
+    for value in values:
+        for dim in value.type.tensor_type.shape.dim:
+            if re.fullmatch(r"unk__\d+", dim.dim_param):
+                dim.dim_param = names.setdefault(dim.dim_param, f"unk__{len(names)}")

@@ -1,11 +1,15 @@
 """The one training loop of the PyTorch backend: pruning, QAT and distillation use it.
 
 `fine_tune` gets the model, the data loader and the optimizer from `training_setup`, the one
-place where a DDP process group (or another wrapper) can wrap all three later. Runs are
-deterministic under `ctx.seed`: torch's global seed and a seeded generator for shuffling.
+place that wraps them for data-parallel training: under an initialized torch.distributed
+process group of 2+ ranks (torchrun; gloo on CPU) the model is DistributedDataParallel and
+each rank reads its shard of the shuffled data, so gradients are averaged and every rank keeps
+the same weights. Runs are deterministic under `ctx.seed`: torch's global seed and a seeded
+generator (or sampler seed) for shuffling.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from collections.abc import Callable
@@ -34,6 +38,7 @@ class TrainingSetup:
     loader: torch.utils.data.DataLoader
     optimizer: torch.optim.Optimizer
     loss: Callable[..., torch.Tensor]   # loss(outputs, *targets), targets as the loader yields them
+    sampler: torch.utils.data.DistributedSampler | None = None   # set_epoch() before each epoch
 
 
 def is_exported(model: torch.nn.Module) -> bool:
@@ -79,9 +84,11 @@ def fine_tune(model: torch.nn.Module, config: TrainingConfig, ctx: Context, desc
     setup = training_setup(model, inputs, y, config, ctx, distill)
     total = len(setup.loader) * config.epochs
     step = 0
-    set_mode(setup.model, training=True)
+    set_mode(model, training=True)   # the module itself: exported graphs refuse .train()
     with ctx.progress.task(description, total) as advance:
-        for _ in range(config.epochs):
+        for epoch in range(config.epochs):
+            if setup.sampler is not None:
+                setup.sampler.set_epoch(epoch)
             for batch in setup.loader:
                 setup.optimizer.zero_grad(set_to_none=True)
                 outputs = setup.model(*batch[:len(inputs)])
@@ -92,7 +99,7 @@ def fine_tune(model: torch.nn.Module, config: TrainingConfig, ctx: Context, desc
                 if after_step is not None:
                     after_step(step)
                 advance(1)
-    set_mode(setup.model, training=False)
+    set_mode(model, training=False)
     return model
 
 
@@ -103,17 +110,38 @@ def training_setup(model: torch.nn.Module, inputs: list[torch.Tensor], y: np.nda
     read = Outputs(ctx.output_index)
     targets, loss = (_distillation_targets_and_loss(model, inputs, y, distill, ctx.teacher, read)
                      if distill is not None else _targets_and_loss(model, inputs, y, read))
-    generator = torch.Generator().manual_seed(ctx.seed)
     # One dataset of (*inputs, *targets): shuffling keeps labels and teacher logits aligned.
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(*inputs, *targets),
-                                         batch_size=config.batch_size, shuffle=True,
-                                         generator=generator)
+    dataset = torch.utils.data.TensorDataset(*inputs, *targets)
+    sampler = None
+    if data_parallel():
+        sampler = torch.utils.data.DistributedSampler(dataset, shuffle=True, seed=ctx.seed)
+        ctx.progress.info(f"data-parallel fine-tuning on {sampler.num_replicas} ranks (gloo)")
+        loader = torch.utils.data.DataLoader(dataset, batch_size=config.batch_size,
+                                             sampler=sampler)
+    else:
+        generator = torch.Generator().manual_seed(ctx.seed)
+        loader = torch.utils.data.DataLoader(dataset, batch_size=config.batch_size, shuffle=True,
+                                             generator=generator)
     trainable = [p for p in model.parameters() if p.requires_grad]
     if not trainable:
         raise DataError("the model has no trainable parameters (requires_grad is False "
                         "everywhere); unfreeze them, or set epochs: 0")
     optimizer = torch.optim.Adam(trainable, lr=config.lr or DEFAULT_LR)
-    return TrainingSetup(model=model, loader=loader, optimizer=optimizer, loss=loss)
+    # DDP averages gradients in backward and broadcasts rank 0's weights and buffers first.
+    trained = torch.nn.parallel.DistributedDataParallel(model) if sampler is not None else model
+    return TrainingSetup(model=trained, loader=loader, optimizer=optimizer, loss=loss,
+                         sampler=sampler)
+
+
+def data_parallel() -> bool:
+    """Whether this process is one rank of a process group of 2+ ranks; a torchrun rank
+    (WORLD_SIZE in the environment) joins the group here, with gloo (CPU tensors)."""
+    distributed = torch.distributed
+    if not distributed.is_available():
+        return False
+    if not distributed.is_initialized() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        distributed.init_process_group("gloo")
+    return distributed.is_initialized() and distributed.get_world_size() > 1
 
 
 @dataclass(frozen=True)
