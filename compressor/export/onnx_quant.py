@@ -72,7 +72,7 @@ def quantize_onnx_dynamic(fp32_path: Path, out_path: Path,
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from compressor.export.onnx_weight_only import store_int8_weights
+    from compressor.export.onnx_weight_only import WEIGHT_OPS, store_int8_weights
 
     with tempfile.TemporaryDirectory(prefix="onnx-quant-", dir=Path(out_path).parent) as tmp:
         prepared = preprocessed(Path(fp32_path), Path(tmp) / "prepared.onnx")
@@ -83,7 +83,10 @@ def quantize_onnx_dynamic(fp32_path: Path, out_path: Path,
             extra_options={"MatMulConstBOnly": True}), "dynamic")
         excluded = set(prepared_names(prepared, exclude_nodes))
     proto = onnx.load(str(out_path))
-    if store_int8_weights(proto, excluded, ("Gather",)):
+    # Weights onnxruntime's dynamic quantizer leaves float (embedding tables; tf2onnx's LSTM /
+    # GRU ops; kernels it skips because shape arithmetic reads them too) become int8 behind
+    # DequantizeLinear: weight-only for those, so no "int8" file keeps float matrices.
+    if store_int8_weights(proto, excluded, WEIGHT_OPS):
         onnx.save(proto, str(out_path))
 
 

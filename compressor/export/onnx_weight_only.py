@@ -78,12 +78,27 @@ def store_int8_weights(proto: Any, exclude_nodes: Collection[str],
             node.input[index] = dequantized[base]
     for made, anchor, after in reversed(new_nodes):   # beside their anchors: still sorted
         graph.node.insert(list(graph.node).index(anchor) + after, made)
+    _fold_shapes_of(graph, {weight: initializers[weight] for weight, _ in stored})
     readers = {name for node in graph.node for name in node.input} | \
         {value.name for value in graph.output}
     for name in {weight for weight, _ in stored}:
         if name not in readers:
             graph.initializer.remove(initializers[name])
     return len(stored)
+
+
+def _fold_shapes_of(graph: Any, weights: dict[str, Any]) -> None:
+    """Shape(weight) nodes become constants, so a weight read only by its int8 copy and by
+    shape arithmetic (tf2onnx writes Keras attention kernels so) leaves no float copy."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    for node in [n for n in graph.node if n.op_type == "Shape" and n.input[0] in weights]:
+        attrs = {a.name: a.i for a in node.attribute}
+        dims = list(weights[node.input[0]].dims)
+        shape = np.array(dims[attrs.get("start", 0):attrs.get("end", len(dims))], np.int64)
+        graph.initializer.append(numpy_helper.from_array(shape, node.output[0]))
+        graph.node.remove(node)
 
 
 def _gather_rows_first(node: Any, base: str, trailing: int) -> list[Any]:
