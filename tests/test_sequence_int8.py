@@ -112,3 +112,12 @@ def test_mode_rule():
     assert int8_mode.layer_kinds(["Conv2d", "BatchNorm2d", "Linear"]) == frozenset()
     assert int8_mode.layer_kinds(["BertSelfAttention", "LayerNorm"]) == {"attention", "layernorm"}
     assert int8_mode.post_training_mode(frozenset({"recurrent"}))[0] == "dynamic"
+
+
+def test_torch_lstm_fp16_in_both_formats(lstm, tokens, tmp_path):
+    result = cz.compress(lstm, "fp16", data=tokens, out_dir=tmp_path / "out", latency=False,
+                         quiet=True)
+    assert result.exit_code == 0, result.report["failures"]
+    assert sorted(result.artifacts) == ["onnx", "tflite"]
+    for row in result.report["artifacts"]:
+        assert row["weight_dtypes"].get("float16", 0) >= 0.9, row["weight_dtypes"]
