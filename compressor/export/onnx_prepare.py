@@ -2,6 +2,7 @@
 optimization (quant_pre_process), and one typed error for a quantizer that gives up."""
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,11 +18,15 @@ def preprocessed(source: Path, target: Path) -> Path:
     enough for quantization."""
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    try:
-        quant_pre_process(str(source), str(target))
-    except Exception:   # noqa: BLE001 - onnxruntime raises bare Exception here; retried below
-        quantizing(lambda: quant_pre_process(str(source), str(target), skip_symbolic_shape=True),
-                   "pre-processing")
+    source, target = Path(source).resolve(), Path(target).resolve()
+    # Symbolic shape inference that gives up leaves sym_shape_infer_temp.onnx and *.data files
+    # in the current directory: run it where the target goes (a folder that is removed).
+    with contextlib.chdir(target.parent):
+        try:
+            quant_pre_process(str(source), str(target))
+        except Exception:   # noqa: BLE001 - onnxruntime raises bare Exception here; retried below
+            quantizing(lambda: quant_pre_process(str(source), str(target),
+                                                 skip_symbolic_shape=True), "pre-processing")
     global_average_pools(target)
     return target
 
