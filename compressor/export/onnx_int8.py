@@ -9,7 +9,7 @@ activation ranges are measured on the calibration data; a QAT model's accuracy s
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,23 +37,35 @@ def int8_onnx_from_float(proto: Any, samples: Any, float_layers: Sequence[str],
     folder.mkdir(parents=True, exist_ok=True)
     source, target = folder / "float32.onnx", folder / "int8.onnx"
     onnx.save(proto, str(source))
-    excluded = float_kernel_names(proto, float_layers)
-    if mode == "dynamic":
-        onnx_quant.quantize_onnx_dynamic(source, target, exclude_nodes=excluded)
-    elif mode == "weight_only":
-        onnx_quant.quantize_onnx_weight_only(source, target, exclude_nodes=excluded)
-    else:
-        samples = samples() if callable(samples) else samples
-        onnx_quant.quantize_onnx_static(
-            source, target, onnx_quant.calibration_batches(_feeds(proto, samples),
-                                                           CALIBRATION_BATCH),
-            exclude_nodes=excluded)
+
+
+    def batches() -> list[dict[str, np.ndarray]]:
+        arrays = samples() if callable(samples) else samples
+        return onnx_quant.calibration_batches(_feeds(proto, arrays), CALIBRATION_BATCH)
+
+    quantize_file(source, target, mode, batches, float_kernel_names(proto, float_layers))
     result = onnx.load(str(target))
     if float_layers:
         from compressor.export.onnx_mixed import keep_float_kernels
 
         keep_float_kernels(result, fallback_dtype)
     return result
+
+
+def quantize_file(source: Path, target: Path, mode: str,
+                  batches: Callable[[], list[dict[str, np.ndarray]]],
+                  exclude_nodes: Sequence[str]) -> None:
+    """`source` quantized into `target` by onnxruntime's tools in quantize `mode`: dynamic,
+    weight_only, or static QDQ (ptq, and qat's trained weights) calibrated on `batches()`,
+    which only the static route asks for."""
+    from compressor.export import onnx_quant
+
+    if mode == "dynamic":
+        onnx_quant.quantize_onnx_dynamic(source, target, exclude_nodes=exclude_nodes)
+    elif mode == "weight_only":
+        onnx_quant.quantize_onnx_weight_only(source, target, exclude_nodes=exclude_nodes)
+    else:
+        onnx_quant.quantize_onnx_static(source, target, batches(), exclude_nodes=exclude_nodes)
 
 
 def float_kernel_names(proto: Any, float_layers: Sequence[str]) -> list[str]:

@@ -41,18 +41,12 @@ def onnx_artifact(model: OnnxModel, state: ModelState, path: Path, ctx: Context)
 
 def _int8(model: OnnxModel, quantize: QuantizeConfig, float_layers: tuple[str, ...],
           path: Path, ctx: Context, log: Path) -> Path:
-    from compressor.export import onnx_quant
+    from compressor.export.onnx_int8 import quantize_file
 
-    source = model.float32_file(Path(ctx.workdir))
-    if quantize.mode == "ptq":
-        onnx_quant.quantize_onnx_static(source, path, _calibration(model, quantize, ctx),
-                                        exclude_nodes=float_layers)
-    elif quantize.mode == "dynamic":
-        onnx_quant.quantize_onnx_dynamic(source, path, exclude_nodes=float_layers)
-    elif quantize.mode == "weight_only":
-        onnx_quant.quantize_onnx_weight_only(source, path, exclude_nodes=float_layers)
-    else:
+    if quantize.mode == "qat":
         raise RecipeError(f"quantize mode {quantize.mode} needs training; use mode: ptq")
+    quantize_file(model.float32_file(Path(ctx.workdir)), path, quantize.mode,
+                  lambda: _calibration(model, quantize, ctx), float_layers)
     if float_layers:
         import onnx
 
