@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -102,3 +102,4 @@ class Context:
     inputs: tuple[TensorSpec, ...] = ()       # the original model's named inputs, in its order
     outputs: tuple[TensorSpec, ...] = ()      # ... and outputs: exporters keep these names
     output_index: int = 0                     # the output the metric and training losses read
+    training_history: list[Any] = field(default_factory=list)   # fine_tuning.TrainingHistory

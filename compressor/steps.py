@@ -26,7 +26,20 @@ class TrainingConfig(StepConfig):
     """Keys shared by every step that fine-tunes the model."""
 
     epochs: int = Field(2, ge=0, description="fine-tuning epochs over the training split")
-    lr: float | None = Field(None, gt=0, description="learning rate; the backend default if unset")
+    lr: float | None = Field(
+        None, gt=0, description="peak learning rate; unset: a fine-tuning rate, 1/10 of the "
+        "optimizer's from-scratch rate (adam/adamw 1e-4, sgd 1e-3)")
+    optimizer: Literal["adam", "adamw", "sgd"] = Field(
+        "adam", description="adam, adamw (weight decay 1e-4) or sgd (momentum 0.9)")
+    lr_schedule: Literal["cosine", "constant"] = Field(
+        "cosine", alias="schedule",
+        description="cosine: linear warmup, then cosine decay to 0; constant: lr throughout")
+    warmup: float = Field(0.1, ge=0.0, lt=1.0,
+                          description="cosine only: the fraction of steps the lr ramps up over")
+    keep_best: bool = Field(True, description="keep the epoch with the best val metric, not the "
+                                              "last (pruning: among epochs at full sparsity)")
+    early_stop: int | None = Field(None, ge=1, description="stop after this many epochs "
+                                                           "without a better val metric")
     batch_size: int = Field(32, ge=1, description="fine-tuning batch size, e.g. 32")
 
     @property
@@ -43,6 +56,10 @@ class PruneConfig(TrainingConfig):
     structure: Literal["unstructured", "channel"] = Field(
         "unstructured", description="unstructured: zero single weights; channel: remove whole "
         "filters / units (a smaller dense model; sparsity = fraction of channels per group)")
+    # `schedule` is the sparsity ramp here (the recipe format's since round 1); the learning
+    # rate's schedule is `lr_schedule`.
+    lr_schedule: Literal["cosine", "constant"] = Field(
+        "cosine", description="cosine: linear warmup, then cosine decay to 0; constant: lr throughout")
     target_macs: float | None = Field(
         None, gt=0.0, lt=1.0, description="channel only: prune until the model's MACs are at most "
         "this fraction of the original's, e.g. 0.3 (one ratio for every group, instead of sparsity)")
@@ -81,6 +98,9 @@ class QuantizeConfig(TrainingConfig):
         "none", description="auto: keep the most sensitive layers float until the gate passes")
     fallback_dtype: Literal["float16", "float32"] = "float16"
     max_float_layers: int = Field(3, ge=1, description="most layers the fallback may keep float")
+    freeze_bn_after: int | None = Field(
+        1, ge=0, description="qat: BatchNorm statistics frozen after this many epochs (0: from "
+        "the start; unset: never), so fine-tuning sees the statistics inference uses")
 
     @property
     def trains(self) -> bool:

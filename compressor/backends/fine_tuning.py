@@ -1,0 +1,112 @@
+"""What both backends' training loops share when they fine-tune a trained model: the learning
+rate at each optimizer step, the val metric an epoch is judged by, and the history that picks
+the epoch to keep and says when to stop early. Framework-neutral: numpy only.
+
+A pretrained network is fine-tuned, not trained: a from-scratch rate (Adam at 1e-3) wrecks a
+converged ResNet in a few steps, so the default peak rate is a tenth of it, reached after a
+short linear warmup and decayed to 0 along a cosine.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from compressor.context import Context
+    from compressor.steps import TrainingConfig
+
+FROM_SCRATCH_LR = {"adam": 1e-3, "adamw": 1e-3, "sgd": 1e-2}
+FINE_TUNE_FRACTION = 0.1   # of the from-scratch rate, when the recipe sets no `lr`
+ADAMW_WEIGHT_DECAY = 1e-4
+SGD_MOMENTUM = 0.9
+
+
+def peak_lr(config: TrainingConfig) -> float:
+    """The recipe's `lr`, or the fine-tuning default for its optimizer."""
+    return config.lr or FROM_SCRATCH_LR[config.optimizer] * FINE_TUNE_FRACTION
+
+
+def lr_at(step: int, total_steps: int, config: TrainingConfig) -> float:
+    """The learning rate for optimizer step `step` (0-based) of `total_steps`."""
+    peak = peak_lr(config)
+    if config.lr_schedule == "constant" or total_steps <= 1:
+        return peak
+    warmup_steps = int(total_steps * config.warmup)
+    if step < warmup_steps:
+        return peak * (step + 1) / warmup_steps
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    return peak * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+def val_score(outputs: np.ndarray, labels: np.ndarray | None,
+              reference: np.ndarray | None) -> tuple[str, float] | None:
+    """The metric an epoch is judged by, higher is better: val accuracy with labels, else the
+    negative MSE to the original model's outputs; None when neither is known."""
+    outputs = np.asarray(outputs)
+    if labels is not None and outputs.ndim >= 2 and outputs.shape[-1] > 1:
+        return "accuracy", float(np.mean(outputs.argmax(axis=-1) == np.asarray(labels)))
+    if reference is not None:
+        diff = outputs.astype(np.float64) - np.asarray(reference, dtype=np.float64)
+        return "neg_mse", -float(np.mean(diff ** 2))
+    return None
+
+
+@dataclass
+class EpochRecord:
+    epoch: int                      # 1-based
+    loss: float                     # mean training loss over the epoch
+    lr: float                       # the rate at the epoch's last step
+    val_metric: float | None = None
+
+
+@dataclass
+class TrainingHistory:
+    """One training step's epochs; `record` says whether the epoch is the best so far."""
+
+    step: str                          # the step's description, e.g. "prune"
+    metric: str | None = None          # "accuracy" or "neg_mse"
+    epochs: list[EpochRecord] = field(default_factory=list)
+    best_epoch: int | None = None
+    stopped_early: bool = False
+
+    def record(self, entry: EpochRecord, eligible: bool = True) -> bool:
+        """Add an epoch; True when it is eligible and beats every earlier eligible one."""
+        self.epochs.append(entry)
+        if not eligible or entry.val_metric is None:
+            return False
+        best = self.best_value
+        if best is None or entry.val_metric > best:
+            self.best_epoch = entry.epoch
+            return True
+        return False
+
+    @property
+    def best_value(self) -> float | None:
+        if self.best_epoch is None:
+            return None
+        return self.epochs[self.best_epoch - 1].val_metric
+
+    def should_stop(self, patience: int | None) -> bool:
+        """Early stop: `patience` epochs since the best one (never before a best exists)."""
+        if patience is None or self.best_epoch is None:
+            return False
+        stop = self.epochs[-1].epoch - self.best_epoch >= patience
+        self.stopped_early = self.stopped_early or stop
+        return stop
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "metric": self.metric, "best_epoch": self.best_epoch,
+                "stopped_early": self.stopped_early,
+                "epochs": [{"epoch": e.epoch, "loss": round(e.loss, 6), "lr": e.lr,
+                            "val_metric": None if e.val_metric is None
+                            else round(e.val_metric, 6)} for e in self.epochs]}
+
+
+def start_history(ctx: Context, description: str) -> TrainingHistory:
+    """A new history for one training step, appended to the run's (report.json `history`)."""
+    history = TrainingHistory(step=description)
+    ctx.training_history.append(history)
+    return history
