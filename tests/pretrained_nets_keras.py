@@ -15,7 +15,7 @@ from compressor.context import Data
 
 
 NETS = ("resnet_style", "mobilenet_v2_style", "mlp")
-TRAIN_EPOCHS = {"resnet_style": 12, "mobilenet_v2_style": 12, "mlp": 30}
+TRAIN_EPOCHS = {"resnet_style": 6, "mobilenet_v2_style": 8, "mlp": 20}
 
 
 def mlp(seed: int = 0) -> Any:
