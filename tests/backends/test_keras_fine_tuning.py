@@ -115,7 +115,7 @@ def test_qat_rates_history_and_batch_norm_frozen_after_the_first_epoch(setup):
 def test_keep_best_restores_the_best_epoch_and_early_stop(setup):
     # A from-scratch SGD rate far too high for a trained net: later epochs get worse.
     data, _ = setup
-    config = QuantizeConfig(epochs=6, optimizer="sgd", lr=0.5, lr_schedule="constant",
+    config = QuantizeConfig(epochs=6, optimizer="sgd", lr=0.05, lr_schedule="constant",
                             early_stop=1, freeze_bn_after=None)
     trained, history = qat(setup, config)
     assert history.stopped_early and len(history.epochs) == history.best_epoch + 1 < 6
