@@ -27,12 +27,14 @@ def pruned_model(state: ModelState, config: PruneConfig, ctx: Context) -> Any:
         return one_shot_pruned(clone_keras_model(model), config.sparsity)
     tfmot = import_tfmot()
     description = f"pruning to {config.sparsity:.0%}"
-    schedule = pruning_schedule(tfmot, config, steps_per_epoch(ctx, config, description))
+    steps = steps_per_epoch(ctx, config, description)
+    schedule = pruning_schedule(tfmot, config, steps)
     # The copy is made inside the build function, so a strategy scope covers its variables.
     trained = fine_tune(lambda: with_pruning_wrappers(clone_keras_model(model), schedule, tfmot),
                         model, config, ctx, description,
                         callbacks=[tfmot.sparsity.keras.UpdatePruningStep()],
-                        distill=state.last(DistillConfig))
+                        distill=state.last(DistillConfig),
+                        eligible=lambda epoch: epoch * steps >= schedule.end_step)
     return tfmot.sparsity.keras.strip_pruning(trained)
 
 
@@ -44,10 +46,13 @@ def quantization_aware_model(state: ModelState, config: QuantizeConfig, ctx: Con
     preserve = config.preserve_sparsity and prune is not None and prune.leaves_zeros
     return fine_tune(lambda: _with_fake_quant(clone_keras_model(model), preserve),
                      model, config, ctx, "int8 quantization-aware training",
-                     distill=state.last(DistillConfig))
+                     distill=state.last(DistillConfig), freeze_bn_after=config.freeze_bn_after)
 
 
 def pruning_schedule(tfmot: Any, config: PruneConfig, steps: int) -> Any:
+    """tfmot's sparsity schedule. Its last mask update is in optimizer step `end_step` (the
+    wrappers count steps from 1; -1 for constant: full sparsity from the first step), so
+    epoch e ends at full sparsity when e * steps >= end_step."""
     total = steps * config.epochs
     # Reach the final sparsity before the last epoch, so that epoch only recovers accuracy.
     ramp = total - steps if config.epochs > 1 else max(1, total // 2)

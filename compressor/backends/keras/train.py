@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from compressor.backends.fine_tuning import start_history, val_score
 from compressor.backends.keras.env import import_tensorflow, import_tf_keras
+from compressor.backends.keras.fit_callbacks import (
+    epoch_end_callback,
+    epoch_phases,
+    fine_tuning_optimizer,
+    freeze_batch_norm,
+)
 from compressor.backends.keras.io import output_names, predict
 from compressor.backends.training_data import steps_per_epoch, training_inputs
 from compressor.errors import RecipeError
@@ -21,18 +28,22 @@ if TYPE_CHECKING:
     from compressor.context import Context
     from compressor.steps import DistillConfig, TrainingConfig
 
-DEFAULT_LR = 1e-3
 PROBE_SAMPLES = 64   # how many inputs decide whether a model outputs probabilities or logits
 
 
 def fine_tune(build_model: Callable[[], Any], reference: Any, config: TrainingConfig,
               ctx: Context, description: str, callbacks: Sequence[Any] = (),
-              distill: DistillConfig | None = None) -> Any:
+              distill: DistillConfig | None = None,
+              eligible: Callable[[int], bool] = lambda epoch: True,
+              freeze_bn_after: int | None = None) -> Any:
     """Build the model to train and fit it for `config.epochs` on the training split.
 
     With labels the loss is sparse categorical cross-entropy (from logits unless `reference`
     outputs probabilities); without labels the model learns `reference`'s outputs (MSE).
     With `distill` the loss is `distillation_loss` against `ctx.teacher`'s logits.
+    Fine-tuning defaults (backends/fine_tuning.py): the rate of every step is lr_at; each
+    epoch's loss and val metric go into the step's history; the best `eligible` epoch (1-based
+    numbers) is kept; BatchNorm statistics are frozen after `freeze_bn_after` epochs (QAT).
     """
     tf_keras = import_tf_keras()
     if config.epochs == 0:
@@ -51,12 +62,35 @@ def fine_tune(build_model: Callable[[], Any], reference: Any, config: TrainingCo
         loss = {name: (loss if name == chosen else None) for name in names}
         targets = {chosen: targets}
     dataset = _shuffled_batches(x, targets, config.batch_size, ctx.seed)
-    model.compile(optimizer=tf_keras.optimizers.Adam(config.lr or DEFAULT_LR), loss=loss)
-    total = steps_per_epoch(ctx, config, description) * config.epochs
+    steps = steps_per_epoch(ctx, config, description)
+    total = steps * config.epochs
+    optimizer = fine_tuning_optimizer(config, total)
+    epoch_end = epoch_end_callback(start_history(ctx, description), config, steps,
+                                   _val_scorer(reference, ctx, read), eligible)
     with ctx.progress.task(description, total) as advance:
-        model.fit(dataset, epochs=config.epochs, verbose=0,
-                  callbacks=[*callbacks, _progress_callback(tf_keras, advance)])
+        fit_callbacks = [*callbacks, epoch_end, _progress_callback(tf_keras, advance)]
+        for first, end, frozen in epoch_phases(config.epochs, freeze_bn_after):
+            if frozen:
+                freeze_batch_norm(model)
+            model.compile(optimizer=optimizer, loss=loss)   # again after freezing: same state
+            model.fit(dataset, initial_epoch=first, epochs=end, verbose=0,
+                      callbacks=fit_callbacks)
+            if model.stop_training:   # early stop
+                break
+    epoch_end.restore_best()
     return model
+
+
+def _val_scorer(reference: Any, ctx: Context,
+                read: Outputs) -> Callable[[Any], tuple[str, float] | None]:
+    """score(model): fine_tuning.val_score of the model's read output on the val split."""
+    if ctx.data.val is None:
+        return lambda model: None
+    x_val, y_val = ctx.data.val
+    x_val = _keyed_by_input(reference, x_val)
+    wanted = (None if ctx.reference_outputs is None
+              else output_list(ctx.reference_outputs)[read.index])
+    return lambda model: val_score(read.of(model, x_val), y_val, wanted)
 
 
 @dataclass(frozen=True)
