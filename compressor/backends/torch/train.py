@@ -5,7 +5,9 @@ place that wraps them for data-parallel training: under an initialized torch.dis
 process group of 2+ ranks (torchrun; gloo on CPU) the model is DistributedDataParallel and
 each rank reads its shard of the shuffled data, so gradients are averaged and every rank keeps
 the same weights. Runs are deterministic under `ctx.seed`: torch's global seed and a seeded
-generator (or sampler seed) for shuffling.
+generator (or sampler seed) for shuffling. The loop fine-tunes a trained model: the rate of
+every step, the epoch kept and the early stop follow backends/fine_tuning.py (torch side in
+backends/torch/epochs.py).
 """
 from __future__ import annotations
 
