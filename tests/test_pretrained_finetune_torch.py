@@ -24,7 +24,7 @@ import torch_models as tm
 pytestmark = pytest.mark.slow
 
 TRAINING = {"resnet10": (8, 3e-3), "mobilenet_v2": (10, 3e-3),
-            "transformer": (30, 2e-3)}   # from-scratch epochs and peak lr: each reaches >= 97%
+            "transformer": (30, 4e-3)}   # from-scratch epochs and peak lr: each reaches >= 97%
 MAX_DROP = 0.01
 
 
