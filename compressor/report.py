@@ -56,6 +56,8 @@ def build_report(session: Session, rows: list[dict[str, Any]], verdict: dict[str
         "exit_code": verdict["exit_code"],
         "failures": verdict["failures"],
         "timings_s": {k: round(v, 3) for k, v in session.timings.items()},
+        # each training step's epochs: loss, lr, val metric, the kept (best) epoch
+        "history": [entry.as_dict() for entry in session.ctx.training_history],
         "versions": package_versions(),
     }
     if session.user_loop is not None:
@@ -107,6 +109,7 @@ def render_markdown(report: dict[str, Any]) -> str:
                   + (f" (logs in {failed['logs']})" if failed.get("logs") else "")]
     lines += _fallback_lines(report.get("fallback"), metric)
     lines += _channel_lines(report.get("channel_pruning"))
+    lines += _history_lines(report.get("history"))
     timings = ", ".join(f"{k} {v:.1f}s" for k, v in report["timings_s"].items())
     lines += ["", f"Timings: {timings}", "",
               "Sizes, dtypes and sparsity are read back from the artifact files; metrics and "
@@ -162,6 +165,25 @@ def _channel_lines(channels: dict[str, Any] | None) -> list[str]:
         lines += ["", "Left whole:", ""]
         lines += [f"- {', '.join(entry['layers'])}: {entry['reason']}"
                   for entry in channels["kept_whole"]]
+    return lines
+
+
+def _history_lines(history: list[dict[str, Any]] | None) -> list[str]:
+    """Each training step's epochs; the kept one in bold (keep_best), an early stop noted."""
+    lines = ["", "## Fine-tuning"] if history else []
+    for step in history or ():
+        metric = step["metric"] or "val metric"
+        kept = (f"kept epoch {step['best_epoch']}" if step["best_epoch"] is not None
+                else "kept the last epoch")
+        lines += ["", f"{step['step']}: {kept}"
+                  + ("; stopped early" if step["stopped_early"] else ""), "",
+                  f"| epoch | loss | lr | {metric} |", "|---:|---:|---:|---:|"]
+        for epoch in step["epochs"]:
+            value = "-" if epoch["val_metric"] is None else f"{epoch['val_metric']:.4f}"
+            if epoch["epoch"] == step["best_epoch"]:
+                value = f"**{value}** (best)"
+            lines.append(f"| {epoch['epoch']} | {epoch['loss']:.4f} | {epoch['lr']:.2e} "
+                         f"| {value} |")
     return lines
 
 

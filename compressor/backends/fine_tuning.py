@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from compressor.tensors import output_list
+
 if TYPE_CHECKING:
     from compressor.context import Context
     from compressor.steps import TrainingConfig
@@ -110,3 +112,14 @@ def start_history(ctx: Context, description: str) -> TrainingHistory:
     history = TrainingHistory(step=description)
     ctx.training_history.append(history)
     return history
+
+
+def val_targets(ctx: Context) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """What `val_score` judges the selected output (ctx.output_index) by: the val labels and
+    the original model's same output on the val inputs (either may be None)."""
+    labels = None if ctx.data.val is None or ctx.data.val[1] is None else np.asarray(ctx.data.val[1])
+    reference = ctx.reference_outputs
+    if reference is not None:
+        every = output_list(reference)
+        reference = every[min(ctx.output_index, len(every) - 1)]
+    return labels, reference

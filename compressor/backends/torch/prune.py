@@ -50,6 +50,10 @@ class SparsitySchedule:
     def updates_mask(self, step: int) -> bool:
         return step % self.frequency == 0 and (step <= self.end_step or not self.polynomial)
 
+    def reached(self, step: int) -> bool:
+        """Whether the weights hold the final sparsity after optimizer step `step`."""
+        return not self.polynomial or step >= self.end_step
+
     def sparsity(self, step: int) -> float:
         if not self.polynomial:
             return self.final
@@ -65,8 +69,9 @@ def pruned_model(state: ModelState, config: PruneConfig, ctx: Context) -> torch.
     if config.epochs > 0:
         description = f"pruning to {config.sparsity:.0%}"
         schedule = SparsitySchedule.for_run(config, steps_per_epoch(ctx, config, description))
+        # Only epochs at the final sparsity may be kept as the best (keep_best).
         fine_tune(working, config, ctx, description, ScheduledMasks(kernels, schedule).after_step,
-                  state.last(DistillConfig))
+                  state.last(DistillConfig), eligible=schedule.reached)
     # Exactly the final sparsity in every layer, also for epochs: 0 (one-shot).
     apply_masks(kernels, magnitude_masks(kernels, config.sparsity))
     return working

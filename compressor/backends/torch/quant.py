@@ -54,7 +54,8 @@ def qat_model(state: ModelState, config: QuantizeConfig, ctx: Context) -> torch.
     # and symmetric int8 weights then store them as exact zeros too.
     masks = zero_masks(kernels) if preserves_zeros(state, config) else {}
     fine_tune(prepared, config, ctx, description,
-              after_step=lambda step: apply_masks(kernels, masks), distill=state.last(DistillConfig))
+              after_step=lambda step: apply_masks(kernels, masks), distill=state.last(DistillConfig),
+              freeze_bn_after=config.freeze_bn_after)
     return prepared
 
 

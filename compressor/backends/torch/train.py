@@ -5,7 +5,9 @@ place that wraps them for data-parallel training: under an initialized torch.dis
 process group of 2+ ranks (torchrun; gloo on CPU) the model is DistributedDataParallel and
 each rank reads its shard of the shuffled data, so gradients are averaged and every rank keeps
 the same weights. Runs are deterministic under `ctx.seed`: torch's global seed and a seeded
-generator (or sampler seed) for shuffling.
+generator (or sampler seed) for shuffling. The loop fine-tunes a trained model: the rate of
+every step, the epoch kept and the early stop follow backends/fine_tuning.py (torch side in
+backends/torch/epochs.py).
 """
 from __future__ import annotations
 
@@ -17,7 +19,9 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from compressor.backends.fine_tuning import lr_at, start_history
 from compressor.backends.torch.env import configure_environment
+from compressor.backends.torch.epochs import EpochJudge, freeze_batch_norm, optimizer_for, set_lr
 from compressor.backends.torch.io import as_tensors, selected_output
 from compressor.backends.training_data import training_inputs
 from compressor.errors import DataError, RecipeError
@@ -28,7 +32,6 @@ if TYPE_CHECKING:
 
 configure_environment()
 
-DEFAULT_LR = 1e-3
 PROBE_SAMPLES = 64   # how many inputs decide whether a model outputs probabilities or logits
 
 
@@ -70,35 +73,54 @@ def set_mode(model: torch.nn.Module, training: bool) -> None:
 
 def fine_tune(model: torch.nn.Module, config: TrainingConfig, ctx: Context, description: str,
               after_step: Callable[[int], None] | None = None,
-              distill: DistillConfig | None = None) -> torch.nn.Module:
-    """Train `model` in place for `config.epochs`; `after_step(step)` runs after each update.
+              distill: DistillConfig | None = None,
+              eligible: Callable[[int], bool] | None = None,
+              freeze_bn_after: int | None = None) -> torch.nn.Module:
+    """Fine-tune `model` in place for up to `config.epochs`; `after_step(step)` runs after
+    each update.
 
     With labels the loss is cross-entropy (on log-probabilities when the model ends in a
     softmax); without labels the model learns its own starting outputs (MSE), which keeps
     it close to the original while masks or fake-quant change it. With `distill` the loss
-    is `distillation_loss` against `ctx.teacher`'s logits.
+    is `distillation_loss` against `ctx.teacher`'s logits. Every step's rate is
+    fine_tuning.lr_at; each epoch is scored on the val split and recorded in the step's
+    history; the best epoch among those `eligible(steps_so_far)` accepts is kept
+    (keep_best), and early_stop ends training. BatchNorm statistics are frozen from epoch
+    `freeze_bn_after` on (QAT).
     """
     x, y = training_inputs(ctx, description)
     torch.manual_seed(ctx.seed)
     inputs = as_tensors(model, x, [spec.name for spec in ctx.inputs] or None)
     setup = training_setup(model, inputs, y, config, ctx, distill)
     total = len(setup.loader) * config.epochs
+    judge = EpochJudge(model, ctx, config, start_history(ctx, description), set_mode,
+                       Outputs(ctx.output_index).of, parallel=setup.sampler is not None)
     step = 0
-    set_mode(model, training=True)   # the module itself: exported graphs refuse .train()
     with ctx.progress.task(description, total) as advance:
         for epoch in range(config.epochs):
+            set_mode(model, training=True)   # the module itself: exported graphs refuse .train()
+            if freeze_bn_after is not None and epoch >= freeze_bn_after:
+                freeze_batch_norm(model)
             if setup.sampler is not None:
                 setup.sampler.set_epoch(epoch)
+            losses = []
             for batch in setup.loader:
+                set_lr(setup.optimizer, lr_at(step, total, config))
                 setup.optimizer.zero_grad(set_to_none=True)
                 outputs = setup.model(*batch[:len(inputs)])
                 loss = setup.loss(selected_output(outputs, ctx.output_index), *batch[len(inputs):])
                 loss.backward()
                 setup.optimizer.step()
+                losses.append(loss.detach())
                 step += 1
                 if after_step is not None:
                     after_step(step)
                 advance(1)
+            mean_loss = float(torch.stack(losses).mean()) if losses else float("nan")
+            if judge.end_epoch(epoch + 1, mean_loss, lr_at(step - 1, total, config),
+                               eligible is None or eligible(step)):
+                break
+    judge.restore_best()
     set_mode(model, training=False)
     return model
 
@@ -126,7 +148,7 @@ def training_setup(model: torch.nn.Module, inputs: list[torch.Tensor], y: np.nda
     if not trainable:
         raise DataError("the model has no trainable parameters (requires_grad is False "
                         "everywhere); unfreeze them, or set epochs: 0")
-    optimizer = torch.optim.Adam(trainable, lr=config.lr or DEFAULT_LR)
+    optimizer = optimizer_for(trainable, config)
     # DDP averages gradients in backward and broadcasts rank 0's weights and buffers first.
     trained = torch.nn.parallel.DistributedDataParallel(model) if sampler is not None else model
     return TrainingSetup(model=trained, loader=loader, optimizer=optimizer, loss=loss,
