@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from compressor.backends.fine_tuning import start_history, val_score
+from compressor.backends.fine_tuning import start_history, val_score, val_targets
 from compressor.backends.keras.env import import_tensorflow, import_tf_keras
 from compressor.backends.keras.fit_callbacks import (
     epoch_end_callback,
@@ -86,11 +86,9 @@ def _val_scorer(reference: Any, ctx: Context,
     """score(model): fine_tuning.val_score of the model's read output on the val split."""
     if ctx.data.val is None:
         return lambda model: None
-    x_val, y_val = ctx.data.val
-    x_val = _keyed_by_input(reference, x_val)
-    wanted = (None if ctx.reference_outputs is None
-              else output_list(ctx.reference_outputs)[read.index])
-    return lambda model: val_score(read.of(model, x_val), y_val, wanted)
+    x_val = _keyed_by_input(reference, ctx.data.val[0])
+    labels, wanted = val_targets(ctx)
+    return lambda model: val_score(read.of(model, x_val), labels, wanted)
 
 
 @dataclass(frozen=True)
