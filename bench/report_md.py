@@ -98,7 +98,8 @@ def zoo_section(zoo: dict, cpu: dict) -> list[str]:
              "with BatchNorm statistics from the data (bench/zoo_nets.py, zoo_build.py); toolkit "
              "`int8` recipe vs toolkit fp32 vs the vendor tool's int8 (onnxruntime "
              "quantize_static QDQ per-channel on the toolkit's fp32 ONNX; TFLiteConverter full "
-             "int8 on the Keras model). Batch 1, 1 thread, one process per runtime timing all its "
+             "int8 on the Keras model; both calibrated on the toolkit's 256 calibration images). "
+             "Batch 1, 1 thread, one process per runtime timing all its "
              "artifacts round-robin. Accuracy = top-1 agreement with the float model (256 "
              "images).")
     note = (f"- CPU int8 features: {', '.join(cpu.get('simd_flags', [])) or '?'}; no VNNI / AMX "
@@ -108,6 +109,11 @@ def zoo_section(zoo: dict, cpu: dict) -> list[str]:
     settings = ("- Toolkit int8 ONNX: 7-bit weights (onnxruntime `reduce_range`, against the "
                 "16-bit pair-sum saturation of u8 x s8 on AVX2) and spatial ReduceMean rewritten "
                 "as GlobalAveragePool (an int8 kernel); the vendor file is onnxruntime's defaults.")
+    litert = ("- LiteRT int8 runs in XNNPACK's QS8/QC8 kernels, which on AVX2 without VNNI do not "
+              "beat its float kernels on MobileNet-style layers (measured, single-op files, int8 "
+              "I/O: 3-channel stem conv 2.2x float, 16->96 1x1 conv 1.2-1.4x, 3x3 depthwise "
+              "0.6-0.8x); the converter's own file is as slow, per-tensor weights and XNNPACK's "
+              "latest-features flag change it by under 3%.")
     misses = [f"{r['net']}/{r['framework']} {r['runtime']} {r['int8_vs_fp32']}"
               for r in zoo.get("ratios", []) if (r["int8_vs_fp32"] or 9) > 0.9]
     settings += "\n- int8 / fp32 above 0.9: " + ("; ".join(misses) or "none")
@@ -118,7 +124,7 @@ def zoo_section(zoo: dict, cpu: dict) -> list[str]:
                   f"{run.get('loadavg_start')} -> {run.get('loadavg_end')}.")
     return (["## 6. Zoo (batch 1, p50 ms, 1 thread)", "", intro, ""]
             + _table(["net", "origin", "runtime", "fp32", "int8", "vendor int8", "int8 / fp32",
-                      "int8 / vendor", "acc", "vendor acc"], rows) + [note, settings, ""])
+                      "int8 / vendor", "acc", "vendor acc"], rows) + [note, litert, settings, ""])
 
 
 def transformer_section(case: dict) -> list[str]:
