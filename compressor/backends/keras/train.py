@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from compressor.backends.keras.distribute import build_in_scope, sharded
 from compressor.backends.keras.env import import_tensorflow, import_tf_keras
 from compressor.backends.keras.io import output_names, predict
 from compressor.backends.training_data import steps_per_epoch, training_inputs
@@ -43,14 +44,14 @@ def fine_tune(build_model: Callable[[], Any], reference: Any, config: TrainingCo
     read = Outputs(ctx.output_index)
     targets, loss = (_distillation_targets_and_loss(reference, x, y, distill, ctx.teacher, read)
                      if distill is not None else _targets_and_loss(reference, x, y, tf_keras, read))
-    model = build_model()
+    model = build_in_scope(build_model, ctx.progress)   # in the strategy's scope under TF_CONFIG
     # Several outputs: the loss and its targets go to the output the metric reads only.
     names = output_names(model)
     if len(names) > 1:
         chosen = names[read.index]
         loss = {name: (loss if name == chosen else None) for name in names}
         targets = {chosen: targets}
-    dataset = _shuffled_batches(x, targets, config.batch_size, ctx.seed)
+    dataset = sharded(_shuffled_batches(x, targets, config.batch_size, ctx.seed))
     model.compile(optimizer=tf_keras.optimizers.Adam(config.lr or DEFAULT_LR), loss=loss)
     total = steps_per_epoch(ctx, config, description) * config.epochs
     with ctx.progress.task(description, total) as advance:
