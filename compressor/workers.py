@@ -54,12 +54,12 @@ def _remove_all_but_cited_logs(scratch: Path) -> None:
 
 def local_tf_configs(workers: int) -> list[str]:
     """One TF_CONFIG per worker: a cluster of `workers` tasks on 127.0.0.1, free ports."""
-    cluster = {"worker": [f"127.0.0.1:{port}" for port in _free_ports(workers)]}
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(workers)]}
     return [json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})
             for i in range(workers)]
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
     sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
     try:
         for s in sockets:
