@@ -30,6 +30,8 @@ from bench.explain import why_missed
 from bench.measure import REPO, error_line, python_cmd, run_process
 from bench.sides import BUILD, MODELS
 
+JSON_INDENT = 2   # as bench/results.json is committed: a merged case changes only its lines
+
 CASES = ("size", "speed", "overhead", "scaling", "zoo", "channels", "transformer", "sweep")
 
 
@@ -118,7 +120,7 @@ def merge_into(path: Path, measured: dict) -> int:
            ("started", "commit", "cpus", "loadavg_start", "loadavg_end", "wall_s")}
     for name, case in measured["cases"].items():
         results["cases"][name] = {**case, "run": run}
-    path.write_text(json.dumps(results, indent=1, default=str) + "\n")
+    path.write_text(json.dumps(results, indent=JSON_INDENT, default=str) + "\n")
     return render_again(path)
 
 
@@ -127,7 +129,7 @@ def render_again(path: Path) -> int:
     results = json.loads(path.read_text())
     results["meta"]["rendered_commit"] = git_commit()
     judge(results)
-    path.write_text(json.dumps(results, indent=1, default=str) + "\n")
+    path.write_text(json.dumps(results, indent=JSON_INDENT, default=str) + "\n")
     md = path.with_name("RESULTS.md") if path.name == "results.json" else path.with_suffix(".md")
     md.write_text(report_md.render(results))
     log(f"re-rendered {path} and {md}")
@@ -190,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     results["meta"]["wall_s"] = round(time.perf_counter() - started, 1)
     results["meta"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=1, default=str) + "\n")
+    out.write_text(json.dumps(results, indent=JSON_INDENT, default=str) + "\n")
     md = out.with_name("RESULTS.md") if full else out.with_suffix(".md")
     md.write_text(report_md.render(results))
     met = sum(t["met"] for t in results["targets"].values())
