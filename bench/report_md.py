@@ -208,8 +208,13 @@ def channels_section(case: dict) -> list[str]:
 def sweep_section(case: dict) -> list[str]:
     rows = [[", ".join(r["recipes"]), r["workers"], r.get("serial_wall_s"), r.get("ray_wall_s"),
              r.get("ray_speedup"), r.get("same_rows")] for r in case.get("rows", [])]
+    run = case.get("run") or {}
+    when = (f" Measured {run.get('started')} (commit {run.get('commit')}), load average "
+            f"{run.get('loadavg_start')} at start, {run.get('loadavg_end')} at end."
+            if run else "")
     return (["## 8. Sweep on Ray (`compress sweep --executor ray`, local Ray, Keras digits)", "",
-             "Wall time of the whole command; Ray's includes starting it and workers' imports.", ""]
+             "Wall time of the whole command; Ray's includes starting it and workers' imports."
+             + when, ""]
             + _table(["recipes", "Ray CPUs", "serial wall s", "Ray wall s", "speed-up",
                       "same rows"], rows) + [""])
 

@@ -3,6 +3,7 @@
     python -m bench.run                      # everything -> bench/results.json + bench/RESULTS.md
     python -m bench.run --only size,speed    # a subset -> build/bench/results-size-speed.{json,md}
     python -m bench.run --quick              # fewer repeats and rounds (development)
+    python -m bench.run --only sweep --into bench/results.json   # re-measure one case in place
 
 Cases: size (+ accuracy), speed, overhead, scaling, zoo (int8 vs fp32 vs vendor int8),
 transformer (BERT int8 vs fp32 vs onnxruntime quantize_dynamic). Every
@@ -28,6 +29,8 @@ from bench import (case_channels, case_overhead, case_scaling, case_size, case_s
 from bench.explain import why_missed
 from bench.measure import REPO, error_line, python_cmd, run_process
 from bench.sides import BUILD, MODELS
+
+JSON_INDENT = 2   # as bench/results.json is committed: a merged case changes only its lines
 
 CASES = ("size", "speed", "overhead", "scaling", "zoo", "channels", "transformer", "sweep")
 
@@ -109,12 +112,24 @@ def judge(results: dict) -> None:
             target["why"] = why_missed(name, target, results)
 
 
+def merge_into(path: Path, measured: dict) -> int:
+    """Put the cases just measured into an existing results file (each with this run's facts
+    as its `run`: when, which commit, the load), then recompute its targets and Markdown."""
+    results = json.loads(path.read_text())
+    run = {key: measured["meta"].get(key) for key in
+           ("started", "commit", "cpus", "loadavg_start", "loadavg_end", "wall_s")}
+    for name, case in measured["cases"].items():
+        results["cases"][name] = {**case, "run": run}
+    path.write_text(json.dumps(results, indent=JSON_INDENT, default=str) + "\n")
+    return render_again(path)
+
+
 def render_again(path: Path) -> int:
     """Recompute the derived numbers and the Markdown of an existing results file (no measuring)."""
     results = json.loads(path.read_text())
     results["meta"]["rendered_commit"] = git_commit()
     judge(results)
-    path.write_text(json.dumps(results, indent=1, default=str) + "\n")
+    path.write_text(json.dumps(results, indent=JSON_INDENT, default=str) + "\n")
     md = path.with_name("RESULTS.md") if path.name == "results.json" else path.with_suffix(".md")
     md.write_text(report_md.render(results))
     log(f"re-rendered {path} and {md}")
@@ -129,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--torch-form", choices=["pt2", "function"], default="pt2",
                         help="how compress gets the PyTorch nets: .pt2 file or module:function + --weights")
     parser.add_argument("--out", type=Path, help="results .json path (RESULTS.md goes beside it)")
+    parser.add_argument("--into", type=Path, metavar="RESULTS_JSON",
+                        help="merge the measured cases into this results file (e.g. "
+                             "bench/results.json) and re-render it")
     parser.add_argument("--render", type=Path, metavar="RESULTS_JSON",
                         help="only recompute targets and the Markdown of an existing results file")
     args = parser.parse_args(argv)
@@ -174,13 +192,13 @@ def main(argv: list[str] | None = None) -> int:
     results["meta"]["wall_s"] = round(time.perf_counter() - started, 1)
     results["meta"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=1, default=str) + "\n")
+    out.write_text(json.dumps(results, indent=JSON_INDENT, default=str) + "\n")
     md = out.with_name("RESULTS.md") if full else out.with_suffix(".md")
     md.write_text(report_md.render(results))
     met = sum(t["met"] for t in results["targets"].values())
     log(f"wrote {out} and {md}: {met}/{len(results['targets'])} targets met, "
         f"{results['meta']['wall_s']} s")
-    return 0
+    return merge_into(args.into, results) if args.into else 0
 
 
 if __name__ == "__main__":

@@ -37,7 +37,10 @@ def _dispatch(argv: list[str]) -> int:
         from compressor import workers
 
         if not workers.under_launcher():
-            return workers.launch(args.workers, workers.without_workers(argv))
+            from compressor.backends import framework_of
+
+            return workers.launch(args.workers, workers.without_workers(argv),
+                                  framework_of(args.model))
     return _compress(args)
 
 
@@ -66,8 +69,8 @@ def _compress_parser() -> argparse.ArgumentParser:
                         help="allow pickled PyTorch modules (loading them runs code from the file)")
     parser.add_argument("--no-latency", action="store_true", help="skip the latency measurement")
     parser.add_argument("--workers", type=int, default=1,
-                        help="PyTorch fine-tuning on N local data-parallel ranks (torchrun, gloo); "
-                             "rank 0 writes --out [default: 1]")
+                        help="fine-tuning on N local data-parallel ranks (PyTorch: torchrun, "
+                             "gloo; Keras: TF_CONFIG workers); rank 0 writes --out [default: 1]")
     parser.add_argument("--quiet", "-q", action="store_true", help="print errors only")
     parser.add_argument("--debug", action="store_true",
                         help="print the traceback of a failure (any command)")
@@ -99,19 +102,16 @@ def _options(args: argparse.Namespace) -> dict:
 
 
 def _compress_other_rank(args: argparse.Namespace) -> int:
-    """Ranks 1..N-1 train with rank 0 (every collective must be met), then drop what they made."""
-    import shutil
-    import tempfile
+    """Ranks 1..N-1 train with rank 0 (every collective must be met) and stop there: no export,
+    no validation, nothing written but their own work folder, which goes."""
+    from compressor.pipeline import run_steps
+    from compressor.session import open_session
+    from compressor.workspace import removed_after
 
-    from compressor.pipeline import compress
-
-    scratch = tempfile.mkdtemp(prefix="compressor-rank-")
-    try:
-        compress(args.model, args.recipe, args.data, **{
-            **_options(args), "out_dir": Path(scratch), "force": True, "quiet": True,
-            "latency": False})
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    session = open_session(args.model, args.recipe, args.data, **{
+        **_options(args), "out_dir": None, "quiet": True, "latency": False})
+    with removed_after(session.ctx.workdir):
+        run_steps(session)
     return 0
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from models import TORCH_BUILDER
+from process_sockets import LOOPBACK, WILDCARD, run_watching_sockets
 
 pytestmark = pytest.mark.slow
 
@@ -74,19 +75,33 @@ def test_two_ranks_train_data_parallel_to_identical_weights(tmp_path):
     assert found["accuracy"] > 0.5
 
 
-def test_cli_workers_2_prunes_and_quantizes_with_one_out(tmp_path, cli):
+def test_cli_workers_2_prunes_and_quantizes_with_one_out(tmp_path):
     import torch
 
     from compressor.backends import examples
 
     weights = tmp_path / "digits_state.pt"
     torch.save(examples.train_torch_digits_cnn(epochs=4).state_dict(), weights)
-    run = cli(TORCH_BUILDER, "--weights", str(weights), "--recipe", "int8_prune30", "--out",
-              str(tmp_path / "out"), "--no-latency", "--workers", "2", cwd=tmp_path)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert "data-parallel fine-tuning on 2 ranks (gloo)" in run.stdout + run.stderr
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    (run,), sockets = run_watching_sockets(
+        [[sys.executable, "-m", "compressor.cli", TORCH_BUILDER, "--weights", str(weights),
+          "--recipe", "int8_prune30", "--out", str(tmp_path / "out"), "--no-latency",
+          "--workers", "2"]], [env], tmp_path, timeout=400)
+    assert run.returncode == 0, run.output[-3000:]
+    assert "data-parallel fine-tuning on 2 ranks (gloo)" in run.output
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     for artifact in report["artifacts"]:
         assert artifact["sparsity"] >= 0.29
         assert report["baseline"]["value"] - artifact["metric_value"] <= 0.01
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["out", "tmp"]
+    # The launcher ran torchrun with TMPDIR in its own temp folder, removed after.
+    left = [p.name for p in (tmp_path / "tmp").iterdir()]
+    assert not [name for name in left if name.startswith(("torchelastic_", "compressor-"))], left
+    # The ranks' gloo listeners are on loopback; torchrun's rendezvous store (in the torchrun
+    # process) binds the wildcard address; every connection is on loopback.
+    ranks = {s for s in sockets if s.listening and "torch.distributed.run" not in s.command}
+    store = {s for s in sockets if s.listening and "torch.distributed.run" in s.command}
+    assert ranks and {s.ip for s in ranks} <= LOOPBACK, ranks
+    assert {s.ip for s in store} <= WILDCARD | LOOPBACK, store
+    assert {s.remote_ip for s in sockets if not s.listening} <= LOOPBACK

@@ -50,6 +50,9 @@ def _first_tensorflow_import() -> ModuleType:
                                       ) from None
     finally:
         log.unlink(missing_ok=True)
+    from compressor.backends.keras.distribute import join_workers
+
+    join_workers(tensorflow)   # under TF_CONFIG: before any op runs (collective ops setup)
     return tensorflow
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from compressor.backends.fine_tuning import start_history, val_score, val_targets
+from compressor.backends.keras.distribute import build_in_scope, sharded
 from compressor.backends.keras.env import import_tensorflow, import_tf_keras
 from compressor.backends.keras.fit_callbacks import (
     epoch_end_callback,
@@ -54,17 +55,18 @@ def fine_tune(build_model: Callable[[], Any], reference: Any, config: TrainingCo
     read = Outputs(ctx.output_index)
     targets, loss = (_distillation_targets_and_loss(reference, x, y, distill, ctx.teacher, read)
                      if distill is not None else _targets_and_loss(reference, x, y, tf_keras, read))
-    model = build_model()
+    steps = steps_per_epoch(ctx, config, description)
+    total = steps * config.epochs
+    # Model and optimizer in the strategy's scope under TF_CONFIG (mirrored variables).
+    model, optimizer = build_in_scope(lambda: (build_model(), fine_tuning_optimizer(config, total)),
+                                      ctx.progress)
     # Several outputs: the loss and its targets go to the output the metric reads only.
     names = output_names(model)
     if len(names) > 1:
         chosen = names[read.index]
         loss = {name: (loss if name == chosen else None) for name in names}
         targets = {chosen: targets}
-    dataset = _shuffled_batches(x, targets, config.batch_size, ctx.seed)
-    steps = steps_per_epoch(ctx, config, description)
-    total = steps * config.epochs
-    optimizer = fine_tuning_optimizer(config, total)
+    dataset = sharded(_shuffled_batches(x, targets, config.batch_size, ctx.seed))
     epoch_end = epoch_end_callback(start_history(ctx, description), config, steps,
                                    _val_scorer(reference, ctx, read), eligible)
     with ctx.progress.task(description, total) as advance:
