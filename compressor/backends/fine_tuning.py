@@ -4,7 +4,8 @@ the epoch to keep and says when to stop early. Framework-neutral: numpy only.
 
 A pretrained network is fine-tuned, not trained: a from-scratch rate (Adam at 1e-3) wrecks a
 converged ResNet in a few steps, so the default peak rate is a tenth of it, reached after a
-short linear warmup and decayed to 0 along a cosine.
+short linear warmup and decayed to 0 along a cosine (a prune step's default is 3/10 of it:
+steps.PruneConfig).
 """
 from __future__ import annotations
 
@@ -21,14 +22,13 @@ if TYPE_CHECKING:
     from compressor.steps import TrainingConfig
 
 FROM_SCRATCH_LR = {"adam": 1e-3, "adamw": 1e-3, "sgd": 1e-2}
-FINE_TUNE_FRACTION = 0.1   # of the from-scratch rate, when the recipe sets no `lr`
 ADAMW_WEIGHT_DECAY = 1e-4
 SGD_MOMENTUM = 0.9
 
 
 def peak_lr(config: TrainingConfig) -> float:
-    """The recipe's `lr`, or the fine-tuning default for its optimizer."""
-    return config.lr or FROM_SCRATCH_LR[config.optimizer] * FINE_TUNE_FRACTION
+    """The recipe's `lr`, or the default for its optimizer and step kind."""
+    return config.lr or FROM_SCRATCH_LR[config.optimizer] * config.default_lr_fraction
 
 
 def lr_at(step: int, total_steps: int, config: TrainingConfig) -> float:
