@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class StepConfig(BaseModel):
@@ -115,12 +115,29 @@ class QuantizeConfig(TrainingConfig):
         return self.mode == "qat"   # ptq only calibrates
 
 
+FEATURE_WEIGHT = 1.0   # distill feature_weight default (README: distillation evidence)
+
+
 class DistillConfig(TrainingConfig):
     kind: Literal["distill"] = Field("distill", alias="pass")
     temperature: float = Field(4.0, gt=0, description="softens both models' logits, e.g. 4.0")
     alpha: float = Field(0.7, ge=0.0, le=1.0,
                          description="weight of the teacher term vs the hard-label loss, e.g. 0.7")
     loss: Literal["kl", "mse"] = Field("kl", description="kl on soft targets, or mse on logits")
+    feature_pairs: tuple[tuple[str, str], ...] = Field(
+        (), description="[student_layer, teacher_layer] name pairs: each adds an MSE term between "
+        "the two layers' outputs during this step (a learned projection maps the student's "
+        "width to the teacher's when they differ)")
+    feature_weight: float = Field(FEATURE_WEIGHT, ge=0.0,
+                                  description="weight of the feature terms, summed over pairs")
+
+    @field_validator("feature_pairs")
+    @classmethod
+    def _layer_names_given(cls, pairs: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+        if any(not name.strip() for pair in pairs for name in pair):
+            raise ValueError("feature_pairs entries are [student_layer, teacher_layer] with both "
+                             "names non-empty, e.g. [[conv2d_1, conv2d_1]]")
+        return pairs
 
 
 class PrecisionConfig(StepConfig):
