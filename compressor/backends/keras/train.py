@@ -52,6 +52,7 @@ def fine_tune(build_model: Callable[[], Any], reference: Any, config: TrainingCo
         return build_model()
     x, y = training_inputs(ctx, description)
     x = _keyed_by_input(reference, x)
+    distill = distill if distill is not None and distill.guides(config) else None
     tf_keras.utils.set_random_seed(ctx.seed)
     read = Outputs(ctx.output_index)
     targets, loss = (_distillation_targets_and_loss(reference, x, y, distill, ctx.teacher, read)

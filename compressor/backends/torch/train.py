@@ -90,6 +90,7 @@ def fine_tune(model: torch.nn.Module, config: TrainingConfig, ctx: Context, desc
     `freeze_bn_after` on (QAT).
     """
     x, y = training_inputs(ctx, description)
+    distill = distill if distill is not None and distill.guides(config) else None
     torch.manual_seed(ctx.seed)
     inputs = as_tensors(model, x, [spec.name for spec in ctx.inputs] or None)
     setup = training_setup(model, inputs, y, config, ctx, distill)
