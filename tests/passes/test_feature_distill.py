@@ -97,7 +97,7 @@ def test_projection_only_where_widths_differ(kit, small):
         kinds = [type(p) for p in features.projections]
         assert kinds == [ChannelProjection, torch.nn.Identity, ChannelProjection]
         assert [p.linear.weight.shape for p in features.projections[::2]] == [(16, 8), (64, 24)]
-        assert float(features.term()) > 0
+        assert float(features.term().detach()) > 0
         features.close()
         assert not any(m._forward_hooks or m._forward_pre_hooks for m in loaded_student.modules())
     else:
@@ -191,3 +191,13 @@ def _cli_models(kit, folder, student, teacher):
     torch.save(teacher.state_dict(), folder / "teacher.pt")
     return ["nets:student", "--weights", str(folder / "student.pt"), "--teacher",
             "nets:teacher", "--teacher-weights", str(folder / "teacher.pt")]
+
+
+def test_teacher_term_stays_in_later_steps_only_when_asked():
+    from compressor.steps import PruneConfig, QuantizeConfig
+
+    later = (PruneConfig(sparsity=0.3), QuantizeConfig(), None)   # None: a user's plain loop
+    default, guiding = DistillConfig(), DistillConfig(guide_later_steps=True)
+    assert default.guides(default) and guiding.guides(guiding)
+    assert not any(default.guides(step) for step in later)
+    assert all(guiding.guides(step) for step in later)
