@@ -125,7 +125,7 @@ class DistillConfig(TrainingConfig):
     default_lr_fraction: ClassVar[float] = 1.0
 
     kind: Literal["distill"] = Field("distill", alias="pass")
-    temperature: float = Field(4.0, gt=0, description="softens both models' logits, e.g. 4.0")
+    temperature: float = Field(2.0, gt=0, description="softens both models' logits, e.g. 2.0")
     alpha: float = Field(0.7, ge=0.0, le=1.0,
                          description="weight of the teacher term vs the hard-label loss, e.g. 0.7")
     loss: Literal["kl", "mse"] = Field("kl", description="kl on soft targets, or mse on logits")
