@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from distill_kits import KITS
+from distill_kits import KITS, kit_fixture
 
 from compressor.context import ModelState
 from compressor.recipe import load_recipe
 
 pytestmark = pytest.mark.slow
 SEEDS = (0, 1, 2)
-STUDENT_SHAPE = {"filters": (8, 16), "dense": 24}   # ~7.7k parameters vs the teacher's ~38k
 BRIEF_EPOCHS = 1        # plain Adam from scratch: far from converged (0.4-0.8 val accuracy)
 CONVERGED_EPOCHS = 20   # ~0.95-0.98, the teacher's level
 RECIPES = ("int8_prune30", "int8_prune30_kd")
@@ -26,15 +25,7 @@ RECIPES = ("int8_prune30", "int8_prune30_kd")
 
 @pytest.fixture(scope="module", params=sorted(KITS))
 def kit(request):
-    if request.param != "torch":
-        yield KITS[request.param]()
-        return
-    import torch  # one thread: faster than two contended ones on shared 2-core machines
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield KITS[request.param]()
-    torch.set_num_threads(threads)
+    yield from kit_fixture(request.param)
 
 
 @pytest.fixture(scope="module")
@@ -42,14 +33,6 @@ def teacher(kit):
     model = kit.teacher()
     assert kit.accuracy(model) >= 0.95
     return model
-
-
-def _train_student(kit, epochs: int, seed: int):
-    from compressor.backends import examples
-
-    train = (examples.train_torch_digits_cnn if kit.name == "torch"
-             else examples.train_keras_digits_cnn)
-    return train(epochs=epochs, seed=seed, **STUDENT_SHAPE)
 
 
 def _compressed_accuracy(kit, student, recipe: str, seed: int, teacher) -> float:
@@ -70,7 +53,7 @@ def outcomes(kit, teacher):
     for scenario, epochs in (("brief", BRIEF_EPOCHS), ("converged", CONVERGED_EPOCHS)):
         rows = results[scenario] = {"student": [], **{recipe: [] for recipe in RECIPES}}
         for seed in SEEDS:
-            student = _train_student(kit, epochs, seed)
+            student = kit.trained_student(epochs, seed)
             assert 4 * kit.backend.describe(student, example).params <= teacher_params
             rows["student"].append(kit.accuracy(student))
             for recipe in RECIPES:

@@ -11,7 +11,7 @@ import json
 
 import numpy as np
 import pytest
-from distill_kits import KITS
+from distill_kits import KITS, kit_fixture
 
 import compressor as cz
 from compressor.context import Data, ModelState
@@ -28,15 +28,7 @@ SEEDS = (0, 1)
 
 @pytest.fixture(scope="module", params=sorted(KITS))
 def kit(request):
-    if request.param != "torch":
-        yield KITS[request.param]()
-        return
-    import torch  # one thread: faster than two contended ones on shared 2-core machines
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield KITS[request.param]()
-    torch.set_num_threads(threads)
+    yield from kit_fixture(request.param)
 
 
 @pytest.fixture(scope="module")
