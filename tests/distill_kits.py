@@ -35,6 +35,11 @@ class Kit:
     def apply(self, state: ModelState, config: StepConfig, ctx: Context) -> ModelState:
         return helpers.apply(self.backend, state, config, ctx)
 
+    def good_teacher(self) -> Any:
+        model = self.teacher()
+        assert self.accuracy(model) >= 0.95, "the teacher must be good for its soft targets to help"
+        return model
+
     def accuracy(self, model: Any) -> float:
         outputs = self.backend.predict(model, self.data.val[0])
         return float(np.mean(np.argmax(outputs, axis=-1) == self.data.val[1]))
