@@ -1,6 +1,7 @@
 """bench/RESULTS.md from the results dict: targets first, then one table per case."""
 from __future__ import annotations
 
+from bench import case_finetune
 from bench.explain import why_missed
 
 
@@ -237,7 +238,9 @@ def render(results: dict) -> str:
     sections = {"size": size_section, "speed": lambda case: speed_section(case, cpu),
                 "overhead": overhead_section, "scaling": scaling_section,
                 "zoo": lambda case: zoo_section(case, cpu), "channels": channels_section,
-                "transformer": transformer_section, "sweep": sweep_section}
+                "transformer": transformer_section, "sweep": sweep_section,
+                "kd_gain": lambda case: case_finetune.kd_gain_section(case, _table),
+                "pretrained_drop": lambda case: case_finetune.pretrained_drop_section(case, _table)}
     for key, section in sections.items():
         if key in cases:
             lines += section(cases[key])

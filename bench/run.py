@@ -6,7 +6,8 @@
     python -m bench.run --only sweep --into bench/results.json   # re-measure one case in place
 
 Cases: size (+ accuracy), speed, overhead, scaling, zoo (int8 vs fp32 vs vendor int8),
-transformer (BERT int8 vs fp32 vs onnxruntime quantize_dynamic). Every
+transformer (BERT int8 vs fp32 vs onnxruntime quantize_dynamic), kd_gain and pretrained_drop
+(issue 15: distillation's gain, default recipes on trained ResNet / MobileNetV2-style nets). Every
 case is independent: one that fails is recorded in the results as an error, and the others
 still run.
 """
@@ -24,15 +25,16 @@ import traceback
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import (case_channels, case_overhead, case_scaling, case_size, case_speed,
-                   case_sweep, case_transformer, case_zoo, report_md, targets)
+from bench import (case_channels, case_finetune, case_overhead, case_scaling, case_size,
+                   case_speed, case_sweep, case_transformer, case_zoo, report_md, targets)
 from bench.explain import why_missed
 from bench.measure import REPO, error_line, python_cmd, run_process
 from bench.sides import BUILD, MODELS
 
 JSON_INDENT = 2   # as bench/results.json is committed: a merged case changes only its lines
 
-CASES = ("size", "speed", "overhead", "scaling", "zoo", "channels", "transformer", "sweep")
+CASES = ("size", "speed", "overhead", "scaling", "zoo", "channels", "transformer", "sweep",
+         "kd_gain", "pretrained_drop")
 
 
 def log(message: str) -> None:
@@ -71,6 +73,10 @@ def run_case(name: str, models: dict, results: dict, args: argparse.Namespace) -
         return case_overhead.run(models, log, repeats=1 if quick else 3, torch_form=args.torch_form)
     if name == "sweep":
         return case_sweep.run(models, log)
+    if name == "kd_gain":
+        return case_finetune.run_kd_gain(log)
+    if name == "pretrained_drop":
+        return case_finetune.run_pretrained_drop(log)
     return case_scaling.run(models, log)
 
 
@@ -169,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
                "cases": {}}
     # The zoo, channels and transformer cases build their own nets; the others share the
     # prepared ones.
-    frameworks = (["keras"] if set(cases) - {"zoo", "channels", "transformer"} else []) + \
+    frameworks = (["keras"] if set(cases) - {"zoo", "channels", "transformer", "kd_gain",
+                                             "pretrained_drop"} else []) + \
         (["torch"] if set(cases) & {"size", "speed", "overhead"} else [])
     prepare_started = time.perf_counter()
     models, errors = prepare_models(frameworks)

@@ -145,4 +145,7 @@ def compute(results: dict) -> dict:
     from bench.case_channels import targets as channel_targets
 
     targets.update(channel_targets(cases.get("channels")))
+    from bench.case_finetune import targets as finetune_targets
+
+    targets.update(finetune_targets(cases.get("kd_gain"), cases.get("pretrained_drop")))
     return targets

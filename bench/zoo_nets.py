@@ -32,7 +32,7 @@ EFFICIENTNETB0 = ("efficientnetb0", "swish", 32, [
 ZOO = {spec[0]: spec for spec in (RESNET18, MOBILENETV2, EFFICIENTNETB0)}
 
 
-def build_torch(spec: tuple, seed: int = 0):
+def build_torch(spec: tuple, seed: int = 0, in_channels: int = 3):
     import torch
     from torch import nn
 
@@ -80,7 +80,7 @@ def build_torch(spec: tuple, seed: int = 0):
                 y = y + self.skip(x)
             return self.out_act(y) if self.out_act is not None else y
 
-    modules, channels = [conv_bn(3, stem, 3, 2)], stem
+    modules, channels = [conv_bn(in_channels, stem, 3, 2)], stem
     for block in blocks:
         modules.append(Block(channels, block))
         channels = block[1]
@@ -88,7 +88,7 @@ def build_torch(spec: tuple, seed: int = 0):
     return nn.Sequential(*modules).eval()
 
 
-def build_keras(spec: tuple, seed: int = 0):
+def build_keras(spec: tuple, seed: int = 0, input_hw: int = INPUT_HW, in_channels: int = 3):
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tf_keras as keras
@@ -110,7 +110,7 @@ def build_keras(spec: tuple, seed: int = 0):
         x = layers.BatchNormalization()(x)
         return activation(x) if with_act else x
 
-    inputs = keras.Input((INPUT_HW, INPUT_HW, 3))
+    inputs = keras.Input((input_hw, input_hw, in_channels))
     x, channels = conv_bn(inputs, stem, 3, 2), stem
     for block in blocks:
         kind, cout, stride = block[:3]

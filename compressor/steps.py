@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class StepConfig(BaseModel):
@@ -32,7 +32,8 @@ class TrainingConfig(StepConfig):
     epochs: int = Field(2, ge=0, description="fine-tuning epochs over the training split")
     lr: float | None = Field(
         None, gt=0, description="peak learning rate; unset: a fine-tuning rate, 1/10 of the "
-        "optimizer's from-scratch rate (adam/adamw 1e-4, sgd 1e-3; prune 3/10)")
+        "optimizer's from-scratch rate (adam/adamw 1e-4, sgd 1e-3; prune 3/10; "
+        "distill the whole from-scratch rate)")
     optimizer: Literal["adam", "adamw", "sgd"] = Field(
         "adam", description="adam, adamw (weight decay 1e-4) or sgd (momentum 0.9)")
     lr_schedule: Literal["cosine", "constant"] = Field(
@@ -115,12 +116,41 @@ class QuantizeConfig(TrainingConfig):
         return self.mode == "qat"   # ptq only calibrates
 
 
+FEATURE_WEIGHT = 0.1   # distill feature_weight default: 1.0 measured worse (README: distill)
+
+
 class DistillConfig(TrainingConfig):
+    # A distill step usually trains a student far from its teacher (small, briefly trained):
+    # the from-scratch rate; keep_best guards a converged one (README: distillation evidence).
+    default_lr_fraction: ClassVar[float] = 1.0
+
     kind: Literal["distill"] = Field("distill", alias="pass")
-    temperature: float = Field(4.0, gt=0, description="softens both models' logits, e.g. 4.0")
+    temperature: float = Field(2.0, gt=0, description="softens both models' logits, e.g. 2.0")
     alpha: float = Field(0.7, ge=0.0, le=1.0,
                          description="weight of the teacher term vs the hard-label loss, e.g. 0.7")
     loss: Literal["kl", "mse"] = Field("kl", description="kl on soft targets, or mse on logits")
+    guide_later_steps: bool = Field(
+        False, description="keep the teacher's term in the loss of the prune / QAT steps after "
+        "this one (off: they fine-tune on the labels, which measured better)")
+    feature_pairs: tuple[tuple[str, str], ...] = Field(
+        (), description="[student_layer, teacher_layer] name pairs: each adds an MSE term between "
+        "the two layers' outputs during this step (a learned projection maps the student's "
+        "width to the teacher's when they differ)")
+    feature_weight: float = Field(FEATURE_WEIGHT, ge=0.0,
+                                  description="weight of the feature terms, summed over pairs")
+
+    def guides(self, step: StepConfig | None) -> bool:
+        """Whether the teacher's term is in `step`'s loss: this step's own, and with
+        guide_later_steps the later training steps' (None: a user's plain fine-tuning)."""
+        return step is self or self.guide_later_steps
+
+    @field_validator("feature_pairs")
+    @classmethod
+    def _layer_names_given(cls, pairs: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+        if any(not name.strip() for pair in pairs for name in pair):
+            raise ValueError("feature_pairs entries are [student_layer, teacher_layer] with both "
+                             "names non-empty, e.g. [[conv2d_1, conv2d_1]]")
+        return pairs
 
 
 class PrecisionConfig(StepConfig):

@@ -35,6 +35,11 @@ class Kit:
     def apply(self, state: ModelState, config: StepConfig, ctx: Context) -> ModelState:
         return helpers.apply(self.backend, state, config, ctx)
 
+    def good_teacher(self) -> Any:
+        model = self.teacher()
+        assert self.accuracy(model) >= 0.95, "the teacher must be good for its soft targets to help"
+        return model
+
     def accuracy(self, model: Any) -> float:
         outputs = self.backend.predict(model, self.data.val[0])
         return float(np.mean(np.argmax(outputs, axis=-1) == self.data.val[1]))
@@ -48,7 +53,10 @@ class KerasKit(Kit):
 
     def brief_student(self) -> Any:
         """Trained briefly from scratch with plain cross-entropy: clearly worse than the teacher."""
-        return examples.train_keras_digits_cnn(epochs=3, **STUDENT_SHAPE)
+        return self.trained_student(3)
+
+    def trained_student(self, epochs: int, seed: int = 0) -> Any:
+        return examples.train_keras_digits_cnn(epochs=epochs, seed=seed, **STUDENT_SHAPE)
 
     def student(self, seed: int) -> Any:
         import tf_keras
@@ -104,7 +112,10 @@ class TorchKit(Kit):
         return examples.train_torch_digits_cnn(epochs=8)
 
     def brief_student(self) -> Any:
-        return examples.train_torch_digits_cnn(epochs=3, **STUDENT_SHAPE)
+        return self.trained_student(3)
+
+    def trained_student(self, epochs: int, seed: int = 0) -> Any:
+        return examples.train_torch_digits_cnn(epochs=epochs, seed=seed, **STUDENT_SHAPE)
 
     def student(self, seed: int) -> Any:
         return examples.torch_digits_cnn(seed=seed, **STUDENT_SHAPE)
@@ -158,3 +169,17 @@ class TorchKit(Kit):
 
 
 KITS = {"keras": KerasKit, "torch": TorchKit}
+
+
+def kit_fixture(name: str):
+    """Yields the kit; PyTorch on one thread meanwhile (faster than two contended ones on
+    shared 2-core machines). The body of the distill suites' module-scoped `kit` fixtures."""
+    if name != "torch":
+        yield KITS[name]()
+        return
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield KITS[name]()
+    torch.set_num_threads(threads)

@@ -15,7 +15,7 @@ from compressor.backends.torch.train import fine_tune, set_mode
 from compressor.context import Context, Data
 from compressor.data import digits
 from compressor.progress import Progress
-from compressor.steps import DistillConfig
+from compressor.steps import TrainingConfig
 
 pytestmark = pytest.mark.slow   # ~70 s on 2 busy cores, most of it importing torch / torchao
 
@@ -35,7 +35,9 @@ def mlp(seed: int = 0) -> torch.nn.Module:
 
 def run(data: Data, tmp_path, **config):
     ctx = Context(data=data, progress=Progress(quiet=True), workdir=tmp_path)
-    config = DistillConfig(**config)   # any TrainingConfig; distill only names the step here
+    # The keys every training step shares, with the fine-tuning default rate (a distill step
+    # defaults to the from-scratch rate instead).
+    config = TrainingConfig(**config)
     model = fine_tune(mlp(), config, ctx, "fine-tuning")
     return model, config, ctx.training_history[0]
 

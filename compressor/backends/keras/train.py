@@ -14,6 +14,7 @@ import numpy as np
 from compressor.backends.fine_tuning import start_history, val_score, val_targets
 from compressor.backends.keras.distribute import build_in_scope, sharded
 from compressor.backends.keras.env import import_tensorflow, import_tf_keras
+from compressor.backends.keras.feature_distill import with_feature_terms
 from compressor.backends.keras.fit_callbacks import (
     epoch_end_callback,
     epoch_phases,
@@ -51,6 +52,7 @@ def fine_tune(build_model: Callable[[], Any], reference: Any, config: TrainingCo
         return build_model()
     x, y = training_inputs(ctx, description)
     x = _keyed_by_input(reference, x)
+    distill = distill if distill is not None and distill.guides(config) else None
     tf_keras.utils.set_random_seed(ctx.seed)
     read = Outputs(ctx.output_index)
     targets, loss = (_distillation_targets_and_loss(reference, x, y, distill, ctx.teacher, read)
@@ -69,15 +71,16 @@ def fine_tune(build_model: Callable[[], Any], reference: Any, config: TrainingCo
     dataset = sharded(_shuffled_batches(x, targets, config.batch_size, ctx.seed))
     epoch_end = epoch_end_callback(start_history(ctx, description), config, steps,
                                    _val_scorer(reference, ctx, read), eligible)
+    trained = with_feature_terms(model, config, ctx.teacher)   # distill feature_pairs, or model
     with ctx.progress.task(description, total) as advance:
         fit_callbacks = [*callbacks, epoch_end, _progress_callback(tf_keras, advance)]
         for first, end, frozen in epoch_phases(config.epochs, freeze_bn_after):
             if frozen:
                 freeze_batch_norm(model)
-            model.compile(optimizer=optimizer, loss=loss)   # again after freezing: same state
-            model.fit(dataset, initial_epoch=first, epochs=end, verbose=0,
-                      callbacks=fit_callbacks)
-            if model.stop_training:   # early stop
+            trained.compile(optimizer=optimizer, loss=loss)   # again after freezing: same state
+            trained.fit(dataset, initial_epoch=first, epochs=end, verbose=0,
+                        callbacks=fit_callbacks)
+            if trained.stop_training:   # early stop
                 break
     epoch_end.restore_best()
     return model

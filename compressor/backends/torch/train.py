@@ -22,6 +22,7 @@ import torch
 from compressor.backends.fine_tuning import lr_at, start_history
 from compressor.backends.torch.env import configure_environment
 from compressor.backends.torch.epochs import EpochJudge, freeze_batch_norm, optimizer_for, set_lr
+from compressor.backends.torch.feature_distill import feature_distillation
 from compressor.backends.torch.io import as_tensors, selected_output
 from compressor.backends.training_data import training_inputs
 from compressor.errors import DataError, RecipeError
@@ -89,9 +90,13 @@ def fine_tune(model: torch.nn.Module, config: TrainingConfig, ctx: Context, desc
     `freeze_bn_after` on (QAT).
     """
     x, y = training_inputs(ctx, description)
+    distill = distill if distill is not None and distill.guides(config) else None
     torch.manual_seed(ctx.seed)
     inputs = as_tensors(model, x, [spec.name for spec in ctx.inputs] or None)
     setup = training_setup(model, inputs, y, config, ctx, distill)
+    features = feature_distillation(model, config, ctx.teacher, inputs)   # distill feature_pairs
+    if features is not None:
+        setup = features.attach(setup)
     total = len(setup.loader) * config.epochs
     judge = EpochJudge(model, ctx, config, start_history(ctx, description), set_mode,
                        Outputs(ctx.output_index).of, parallel=setup.sampler is not None)
@@ -122,6 +127,8 @@ def fine_tune(model: torch.nn.Module, config: TrainingConfig, ctx: Context, desc
                 break
     judge.restore_best()
     set_mode(model, training=False)
+    if features is not None:
+        features.close()   # hooks off; the projections go with them
     return model
 
 

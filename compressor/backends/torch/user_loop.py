@@ -80,6 +80,7 @@ def start_user_training(state: ModelState, step: StepConfig | None, ctx: Context
     else:
         model = clone_module(state.model)
     distill = step if kind == "distill" else state.last(DistillConfig)
+    distill = distill if distill is not None and distill.guides(step) else None
     loss = _user_loss(model, ctx, distill)
     set_mode(model, training=True)
     return UserTraining(state=state, step=step, model=model, loss=loss, after_step=after_step,
