@@ -11,12 +11,11 @@ rate decayed to 0 along a cosine, batches of 32.
 """
 from __future__ import annotations
 
-import math
 
-import numpy as np
 import torch
 from torch import nn
 
+from compressor.backends.examples import train_torch_classifier
 from compressor.context import Data
 
 import torch_models as tm
@@ -120,19 +119,5 @@ def build(net: str, seed: int = 0) -> nn.Module:
 
 def train(model: nn.Module, data: Data, epochs: int, lr: float, seed: int = 0) -> nn.Module:
     """Adam + cross-entropy from scratch, the rate cosine-decayed to 0; in place, eval mode."""
-    torch.manual_seed(seed)
-    x, y = (torch.from_numpy(np.asarray(a)) for a in data.train)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    steps = epochs * math.ceil(len(x) / 32)
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, steps)
-    generator = torch.Generator().manual_seed(seed)
-    model.train()
-    for _ in range(epochs):
-        order = torch.randperm(len(x), generator=generator)
-        for start in range(0, len(x), 32):
-            batch = order[start:start + 32]
-            optimizer.zero_grad()
-            nn.functional.cross_entropy(model(x[batch]), y[batch]).backward()
-            optimizer.step()
-            schedule.step()
-    return model.eval()
+    return train_torch_classifier(model, *data.train, epochs=epochs, lr=lr, seed=seed,
+                                  cosine=True)

@@ -1,5 +1,5 @@
 """Issue 15 acceptance, PyTorch: a trained network keeps its accuracy through the built-in
-int8_prune30 and int8_qat recipes at their default fine-tuning settings (lr 1e-4 with warmup
+int8_prune30 and int8_qat recipes at their default fine-tuning settings (lr 3e-4 with warmup
 and cosine decay, the best epoch kept, BatchNorm statistics frozen in QAT).
 
 Three nets, each trained from scratch here on the real digits split (1347 train / 450 val)

@@ -73,14 +73,20 @@ def train_torch_digits_cnn(epochs: int = 8, seed: int = 0, lr: float = 3e-3, **s
     return train_torch_classifier(model, *digits("NCHW").train, epochs=epochs, lr=lr, seed=seed)
 
 
-def train_torch_classifier(model, x, y, epochs: int = 8, lr: float = 3e-3, seed: int = 0):
-    """Plain Adam + cross-entropy, batches of 32, in place; returns the model in eval mode."""
+def train_torch_classifier(model, x, y, epochs: int = 8, lr: float = 3e-3, seed: int = 0,
+                           cosine: bool = False):
+    """Plain Adam + cross-entropy, batches of 32, in place; returns the model in eval mode.
+    `cosine`: the rate decays to 0 along a cosine over the whole run (else constant)."""
+    import math
+
     import numpy as np
     import torch
 
     torch.manual_seed(seed)
     x, y = (torch.from_numpy(np.asarray(a)) for a in (x, y))
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    steps = epochs * math.ceil(len(x) / 32)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, steps) if cosine else None
     generator = torch.Generator().manual_seed(seed)
     model.train()
     for _ in range(epochs):
@@ -90,4 +96,6 @@ def train_torch_classifier(model, x, y, epochs: int = 8, lr: float = 3e-3, seed:
             optimizer.zero_grad()
             torch.nn.functional.cross_entropy(model(x[batch]), y[batch]).backward()
             optimizer.step()
+            if schedule is not None:
+                schedule.step()
     return model.eval()

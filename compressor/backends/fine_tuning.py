@@ -3,9 +3,9 @@ rate at each optimizer step, the val metric an epoch is judged by, and the histo
 the epoch to keep and says when to stop early. Framework-neutral: numpy only.
 
 A pretrained network is fine-tuned, not trained: a from-scratch rate (Adam at 1e-3) wrecks a
-converged ResNet in a few steps, so the default peak rate is a tenth of it, reached after a
-short linear warmup and decayed to 0 along a cosine (a prune step's default is 3/10 of it:
-steps.PruneConfig).
+converged ResNet in a few steps, so the default peak rate is 3/10 of it
+(steps.TrainingConfig.default_lr_fraction), reached after a short linear warmup and decayed
+to 0 along a cosine.
 """
 from __future__ import annotations
 
