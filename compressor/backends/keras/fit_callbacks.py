@@ -53,8 +53,8 @@ def epoch_end_callback(history: TrainingHistory, config: TrainingConfig, steps_p
                        eligible: Callable[[int], bool]) -> Any:
     """A callback that, after each epoch, records the mean loss, the rate and `score(model)`
     (the val metric, None without val data) in `history`; snapshots the weights when the epoch
-    is the best eligible one (config.keep_best); stops fit after config.early_stop epochs
-    without a better one. Call its `restore_best()` once training is over."""
+    is the best one `eligible(optimizer steps so far)` accepts (config.keep_best); stops fit
+    after config.early_stop epochs without a better one. Call its `restore_best()` once training is over."""
     tf_keras = import_tf_keras()
     total = steps_per_epoch * config.epochs
 
@@ -69,7 +69,7 @@ def epoch_end_callback(history: TrainingHistory, config: TrainingConfig, steps_p
             entry = EpochRecord(epoch=number, loss=float((logs or {}).get("loss", math.nan)),
                                 lr=lr_at(number * steps_per_epoch - 1, total, config),
                                 val_metric=None if found is None else found[1])
-            if history.record(entry, eligible(number)) and config.keep_best:
+            if history.record(entry, eligible(number * steps_per_epoch)) and config.keep_best:
                 # Every variable: BatchNorm statistics, pruning masks and int8 ranges too.
                 self.best_weights = self.model.get_weights()
             if history.should_stop(config.early_stop):

@@ -34,7 +34,7 @@ def pruned_model(state: ModelState, config: PruneConfig, ctx: Context) -> Any:
                         model, config, ctx, description,
                         callbacks=[tfmot.sparsity.keras.UpdatePruningStep()],
                         distill=state.last(DistillConfig),
-                        eligible=lambda epoch: epoch * steps >= schedule.end_step)
+                        eligible=lambda step: step >= schedule.end_step)
     return tfmot.sparsity.keras.strip_pruning(trained)
 
 
@@ -51,8 +51,8 @@ def quantization_aware_model(state: ModelState, config: QuantizeConfig, ctx: Con
 
 def pruning_schedule(tfmot: Any, config: PruneConfig, steps: int) -> Any:
     """tfmot's sparsity schedule. Its last mask update is in optimizer step `end_step` (the
-    wrappers count steps from 1; -1 for constant: full sparsity from the first step), so
-    epoch e ends at full sparsity when e * steps >= end_step."""
+    wrappers count steps from 1; -1 for constant: full sparsity from the first step), so an
+    epoch ending after optimizer step s is at full sparsity when s >= end_step."""
     total = steps * config.epochs
     # Reach the final sparsity before the last epoch, so that epoch only recovers accuracy.
     ramp = total - steps if config.epochs > 1 else max(1, total // 2)

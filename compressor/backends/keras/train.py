@@ -36,7 +36,7 @@ PROBE_SAMPLES = 64   # how many inputs decide whether a model outputs probabilit
 def fine_tune(build_model: Callable[[], Any], reference: Any, config: TrainingConfig,
               ctx: Context, description: str, callbacks: Sequence[Any] = (),
               distill: DistillConfig | None = None,
-              eligible: Callable[[int], bool] = lambda epoch: True,
+              eligible: Callable[[int], bool] = lambda step: True,
               freeze_bn_after: int | None = None) -> Any:
     """Build the model to train and fit it for `config.epochs` on the training split.
 
@@ -44,8 +44,9 @@ def fine_tune(build_model: Callable[[], Any], reference: Any, config: TrainingCo
     outputs probabilities); without labels the model learns `reference`'s outputs (MSE).
     With `distill` the loss is `distillation_loss` against `ctx.teacher`'s logits.
     Fine-tuning defaults (backends/fine_tuning.py): the rate of every step is lr_at; each
-    epoch's loss and val metric go into the step's history; the best `eligible` epoch (1-based
-    numbers) is kept; BatchNorm statistics are frozen after `freeze_bn_after` epochs (QAT).
+    epoch's loss and val metric go into the step's history; the best epoch among those
+    `eligible(optimizer steps so far)` accepts is kept (as in the PyTorch loop); BatchNorm
+    statistics are frozen after `freeze_bn_after` epochs (QAT).
     """
     tf_keras = import_tf_keras()
     if config.epochs == 0:
