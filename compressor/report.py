@@ -150,8 +150,8 @@ def _fallback_lines(fallback: dict[str, Any] | None, metric: str) -> list[str]:
 
 
 def _channel_lines(channels: dict[str, Any] | None) -> list[str]:
-    """Structured pruning: the framework model's params / MACs before and after, and the
-    layers left whole (the artifacts' own counts are in the table above)."""
+    """Structured pruning: the framework model's params / MACs before and after, the attention
+    heads removed, and the layers left whole (the artifacts' own counts are in the table above)."""
     if channels is None:
         return []
     before, after = channels["model_before"], channels["model_after"]
@@ -161,6 +161,12 @@ def _channel_lines(channels: dict[str, Any] | None) -> list[str]:
              f"{after['params']:,} params ({after['params'] / max(before['params'], 1):.2f}x) and "
              f"{before['macs']:,} to {after['macs']:,} MACs "
              f"({after['macs'] / max(before['macs'], 1):.2f}x) per sample."]
+    heads = channels.get("attention_heads") or []
+    if heads:
+        lines += ["", "Attention heads removed (whole heads: query, key, value and output "
+                  "projection slices):", ""]
+        lines += [f"- {entry['layer']}: {entry['before']} -> {entry['after']} heads"
+                  for entry in heads]
     if channels["kept_whole"]:
         lines += ["", "Left whole:", ""]
         lines += [f"- {', '.join(entry['layers'])}: {entry['reason']}"

@@ -53,7 +53,8 @@ def channel_ratio(config: PruneConfig, macs_at: Callable[[float], int]) -> float
 @dataclass(frozen=True)
 class ChannelPruning:
     """report.json `channel_pruning`: the applied ratio, the framework model's params / MACs
-    before and after (each artifact's own, read back from its file, are in its row), and
+    before and after (each artifact's own, read back from its file, are in its row), the
+    attention layers whose heads were removed ({"layer", "before", "after"} head counts), and
     the layers left whole with the reason."""
 
     ratio: float
@@ -61,6 +62,7 @@ class ChannelPruning:
     model_after: dict[str, int]
     groups_pruned: int
     kept_whole: tuple[dict[str, Any], ...] = ()
+    attention_heads: tuple[dict[str, Any], ...] = ()
     target_macs: float | None = None
     key: str = field(default="channel_pruning", init=False)
 
@@ -68,4 +70,4 @@ class ChannelPruning:
         return {"structure": "channel", "ratio": round(self.ratio, 4),
                 "target_macs": self.target_macs, "model_before": self.model_before,
                 "model_after": self.model_after, "groups_pruned": self.groups_pruned,
-                "kept_whole": list(self.kept_whole)}
+                "attention_heads": list(self.attention_heads), "kept_whole": list(self.kept_whole)}
