@@ -1,11 +1,13 @@
 """Which channels of a Functional tf_keras model must be removed together.
 
-Every Conv / Dense output starts a channel group. BatchNorm, depthwise convs and
-per-channel layers (activations, pooling, padding) pass their input's channels through;
+Every Conv / Dense / SeparableConv output starts a channel group. BatchNorm, LayerNorm over
+the last axis, PReLU, depthwise convs and per-channel layers (activations, pooling, padding)
+pass their input's channels through;
 Add / Multiply / ... join the groups of their inputs (a residual sum keeps one channel set);
 Concatenate lays groups side by side; Flatten repeats them per position. A group is
 "blocked" (left whole) when it reaches the model's inputs or outputs (e.g. the classifier
-head), a shared layer, or a layer this walk does not know (custom layers, reshapes).
+head), a shared layer, or a layer this walk does not know (custom layers, reshapes, tensor
+operators, MultiHeadAttention's inputs and outputs: attention_heads.py prunes its heads).
 """
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ from typing import Any
 import numpy as np
 
 CONVS = ("Conv1D", "Conv2D", "Conv3D")
-SOURCES = (*CONVS, "Dense")
+SEPARABLE = ("SeparableConv1D", "SeparableConv2D")   # depthwise per input channel + pointwise
+SOURCES = (*CONVS, *SEPARABLE, "Dense")
 PER_CHANNEL = {"ReLU", "LeakyReLU", "ELU", "ThresholdedReLU", "Dropout",
                "SpatialDropout1D", "SpatialDropout2D", "GaussianNoise", "GaussianDropout",
                "AlphaDropout", "MaxPooling1D", "MaxPooling2D", "AveragePooling1D",
@@ -23,7 +26,8 @@ PER_CHANNEL = {"ReLU", "LeakyReLU", "ELU", "ThresholdedReLU", "Dropout",
                "GlobalMaxPooling1D", "GlobalMaxPooling2D", "ZeroPadding1D", "ZeroPadding2D",
                "Cropping1D", "Cropping2D", "UpSampling1D", "UpSampling2D", "ActivityRegularization"}
 MERGES = {"Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum"}
-SLICED_CHANNELWISE = {"BatchNormalization", "DepthwiseConv2D"}   # weights sliced per channel
+# weights sliced per channel on their last axis (DepthwiseConv2D: the kernel's axis 2)
+SLICED_CHANNELWISE = {"BatchNormalization", "LayerNormalization", "PReLU", "DepthwiseConv2D"}
 
 # A layout: the channels of one tensor as segments (group id, size), last axis; or a
 # flattened tensor: ("flat", positions, segments), channel-last within each position.
@@ -94,8 +98,8 @@ def group_channels(model: Any) -> ChannelGroups:
             continue
         inbound = _inbound_names(nodes)
         if len(nodes) != 1 or inbound is None or any(n not in groups.outputs for n in inbound):
-            for n in inbound or ():
-                groups.block(groups.outputs.get(n), f"feeds {name}, which is shared or not "
+            for n in sorted(_referenced_names(nodes) & groups.outputs.keys()):
+                groups.block(groups.outputs[n], f"feeds {name}, which is shared or not "
                              "a plain layer call")
             groups.outputs[name] = _fresh(groups, layer, name, f"made by {name}, a shared layer")
             continue
@@ -121,6 +125,18 @@ def _inbound_names(nodes: list) -> list[str] | None:
     return names
 
 
+def _referenced_names(nodes: Any) -> set[str]:
+    """Every layer name a node form refers to, keyword arguments included (a TFOpLambda's
+    `x + y` passes y as a keyword, MultiHeadAttention its value)."""
+    if isinstance(nodes, dict):
+        return {name for value in nodes.values() for name in _referenced_names(value)}
+    if not isinstance(nodes, list):
+        return set()
+    if len(nodes) >= 3 and isinstance(nodes[0], str) and isinstance(nodes[1], int):
+        return {nodes[0]} | _referenced_names(nodes[3:])
+    return {name for item in nodes for name in _referenced_names(item)}
+
+
 def _fresh(groups: ChannelGroups, layer: Any, name: str, reason: str) -> Any:
     shape = layer.output_shape[0] if isinstance(layer.output_shape, list) else layer.output_shape
     layout = ("channels", ((groups.new(int(shape[-1] or 1), name), int(shape[-1] or 1)),))
@@ -133,7 +149,7 @@ def _layer_output(groups: ChannelGroups, layer: Any, kind: str, config: dict, na
     single = ins[0] if len(ins) == 1 else None
     channels_in = single is not None and single[0] == "channels"
     if kind in SOURCES and single is not None and (channels_in or kind == "Dense") \
-            and config.get("groups", 1) == 1:
+            and config.get("groups", 1) == 1 and config.get("depth_multiplier", 1) == 1:
         size = int(config["units" if kind == "Dense" else "filters"])
         group = groups.new(size, name)
         groups.sources[group] = [name]
@@ -165,7 +181,9 @@ def _layer_output(groups: ChannelGroups, layer: Any, kind: str, config: dict, na
 def _passes_channels(kind: str, config: dict, layer: Any) -> bool:
     if kind == "Activation":
         return config.get("activation") not in ("softmax", "log_softmax")
-    if kind == "BatchNormalization":
+    if kind == "PReLU":
+        return True   # alpha is per channel or shared across them (shared_axes)
+    if kind in ("BatchNormalization", "LayerNormalization"):
         axis = config.get("axis", -1)
         axis = axis[0] if isinstance(axis, list) and len(axis) == 1 else axis
         return axis in (-1, len(layer.input_shape) - 1)

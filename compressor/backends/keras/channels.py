@@ -4,7 +4,9 @@ channel_groups.py finds which channels go together; here each free group keeps i
 important channels (L2 norm of the Conv / Dense filters feeding it), the model is rebuilt
 from its config with fewer filters / units, and every layer's weights are sliced to the
 kept channels (output axis by the layer's own group, input axis by its input's layout;
-BatchNorm and depthwise weights per channel). Then it is fine-tuned like any other step.
+BatchNorm, LayerNorm, PReLU and depthwise weights per channel; a SeparableConv's depthwise
+kernel by its input, its pointwise kernel by both). MultiHeadAttention layers lose the same
+ratio of their heads (attention_heads.py). Then it is fine-tuned like any other step.
 """
 from __future__ import annotations
 
@@ -14,8 +16,9 @@ import numpy as np
 
 from compressor.backends.channel_plan import ChannelPruning, channel_ratio, kept_channels, \
     l2_importance
+from compressor.backends.keras import attention_heads
 from compressor.backends.keras.channel_groups import (
-    CONVS,
+    SEPARABLE,
     SLICED_CHANNELWISE,
     SOURCES,
     ChannelGroups,
@@ -36,13 +39,16 @@ KERNEL_LAYERS = (*SOURCES, "DepthwiseConv2D")
 
 def channel_pruned(state: ModelState, config: PruneConfig, ctx: Context) -> ModelState:
     """The state with a model that has `ratio` of each free group's channels removed,
-    fine-tuned for `config.epochs`, and the `channel_pruning` report section."""
+    fine-tuned for `config.epochs`, and the `channel_pruning` report section (with each
+    MultiHeadAttention's heads before / after: they lose `ratio` of their heads too)."""
     model = as_functional(state.model)
     groups = group_channels(model)
     roots = groups.roots()
     free = {root: info for root, info in roots.items()
             if not info["blocked"] and info["sources"] and info["size"] > 1}
-    if not free:
+    heads = {layer.name: attention_heads.head_importance(layer)
+             for layer in attention_heads.attention_layers(model)}
+    if not free and not heads:
         raise BackendUnavailableError(f"{model.name} has no channel group that can be pruned "
                                       "safely; use structure: unstructured for this model")
     importance = {root: l2_importance([_kernel(model.get_layer(s)) for s in info["sources"]])
@@ -50,7 +56,8 @@ def channel_pruned(state: ModelState, config: PruneConfig, ctx: Context) -> Mode
 
     def pruned_at(ratio: float) -> Any:
         kept = {root: kept_channels(imp, ratio) for root, imp in importance.items()}
-        return rebuild_with_channels(model, groups, kept)
+        return rebuild_with_channels(model, groups, kept,
+                                     attention_heads.kept_heads(heads, ratio))
 
     ratio = channel_ratio(config, lambda r: keras_macs(pruned_at(r)) if r else keras_macs(model))
     description = f"channel pruning {ratio:.0%}, fine-tuning"
@@ -60,7 +67,8 @@ def channel_pruned(state: ModelState, config: PruneConfig, ctx: Context) -> Mode
         ratio=ratio, target_macs=config.target_macs, groups_pruned=len(free),
         model_before={"params": int(model.count_params()), "macs": keras_macs(model)},
         model_after={"params": int(pruned.count_params()), "macs": keras_macs(pruned)},
-        kept_whole=tuple(_kept_whole(roots)))
+        kept_whole=tuple(_kept_whole(roots)), attention_heads=attention_heads.heads_report(
+            model, attention_heads.kept_heads(heads, ratio)))
     return state.replace(model=pruned).with_section(section)
 
 
@@ -76,10 +84,14 @@ def as_functional(model: Any) -> Any:
     return model
 
 
-def rebuild_with_channels(model: Any, groups: ChannelGroups, kept: dict[int, np.ndarray]) -> Any:
-    """A new Functional model with the kept channels only, its weights sliced from `model`'s."""
+def rebuild_with_channels(model: Any, groups: ChannelGroups, kept: dict[int, np.ndarray],
+                          heads: dict[str, np.ndarray] | None = None) -> Any:
+    """A new Functional model with the kept channels (and attention heads: layer -> kept
+    head indices) only, its weights sliced from `model`'s."""
     tf_keras = import_tf_keras()
+    heads = heads or {}
     config = model.get_config()
+    attention_heads.set_num_heads(config, heads)
     for entry in config["layers"]:
         name = entry["name"]
         if entry["class_name"] in SOURCES and name in groups.outputs and \
@@ -99,7 +111,9 @@ def rebuild_with_channels(model: Any, groups: ChannelGroups, kept: dict[int, np.
     for layer in rebuilt.layers:
         old = model.get_layer(layer.name)
         weights = old.get_weights()
-        if weights:
+        if weights and layer.name in heads:
+            layer.set_weights(attention_heads.sliced_heads(old, weights, heads[layer.name]))
+        elif weights:
             layer.set_weights(_sliced(old, weights, groups, kept))
     return rebuilt
 
@@ -111,6 +125,11 @@ def _sliced(layer: Any, weights: list[np.ndarray], groups: ChannelGroups,
     if kind in SOURCES and layout_in is not None:
         rows = layout_indices(layout_in, kept, groups)
         cols = layout_indices(layout_out, kept, groups)
+        if kind in SEPARABLE:   # depthwise (k.., in, 1), pointwise (1.., in, out), bias
+            depthwise, pointwise, *bias = weights
+            pointwise = np.take(np.take(pointwise, rows, axis=-2), cols, axis=-1)
+            return [np.take(depthwise, rows, axis=-2), pointwise,
+                    *(np.take(b, cols, axis=-1) for b in bias)]
         kernel = np.take(np.take(weights[0], rows, axis=-2), cols, axis=-1)
         return [kernel, *(np.take(w, cols, axis=-1) for w in weights[1:])]
     if kind in SLICED_CHANNELWISE and layout_in is not None:
@@ -118,28 +137,36 @@ def _sliced(layer: Any, weights: list[np.ndarray], groups: ChannelGroups,
         if kind == "DepthwiseConv2D":
             return [np.take(weights[0], channels, axis=2),
                     *(np.take(w, channels, axis=-1) for w in weights[1:])]
-        return [np.take(w, channels, axis=-1) for w in weights]
+        # PReLU's alpha has 1 on its shared axes: one alpha for all channels stays as is
+        return [np.take(w, channels, axis=-1) if w.shape[-1] > 1 else w for w in weights]
     return weights
 
 
 def keras_macs(model: Any) -> int:
     """Multiply-accumulates of one sample: output positions x kernel elements per conv /
-    depthwise / dense layer (as runtimes.common.kernel_macs counts an artifact)."""
+    depthwise / separable / dense layer and attention projection (as
+    runtimes.common.kernel_macs counts an artifact)."""
     total = 0
     for layer in _leaf_layers(model):
         kind = type(layer).__name__
-        if kind in KERNEL_LAYERS and layer.weights:
+        if kind == attention_heads.ATTENTION and layer.weights:
+            total += attention_heads.attention_macs(layer)
+        elif kind in KERNEL_LAYERS and layer.weights:
             shape = layer.output_shape
             positions = int(np.prod([d or 1 for d in shape[1:-1]], dtype=np.int64))
-            total += positions * int(np.prod(layer.weights[0].shape))
+            kernels = layer.weights[:2] if kind in SEPARABLE else layer.weights[:1]
+            total += positions * sum(int(np.prod(w.shape)) for w in kernels)
     return total
 
 
 def _kernel(layer: Any) -> np.ndarray:
-    """The kernel with output channels last (Conv: (k.., in, out), Dense: (in, out))."""
-    kernel = layer.get_weights()[0]
-    if type(layer).__name__ in CONVS or type(layer).__name__ == "Dense":
-        return kernel
+    """The kernel with output channels last (Conv: (k.., in, out), Dense: (in, out),
+    SeparableConv: its pointwise kernel)."""
+    weights = layer.get_weights()
+    if type(layer).__name__ in SEPARABLE:
+        return weights[1]
+    if type(layer).__name__ in SOURCES:
+        return weights[0]
     raise BackendUnavailableError(f"layer {layer.name} has no kernel to rank channels by")
 
 
