@@ -20,7 +20,7 @@ from compressor.steps import PruneConfig
 
 import helpers
 
-PRUNE = "  - pass: prune\n    structure: channel\n    sparsity: 0.50\n    epochs: 3\n    lr: 0.003\n"
+PRUNE = "  - pass: prune\n    structure: channel\n    sparsity: 0.50\n    epochs: 1\n    lr: 0.003\n"
 CHANNELS50 = "extends: channels50\nname: channels50_test\nsteps:\n" + PRUNE
 
 
@@ -63,22 +63,28 @@ def test_channels50_prunes_the_encoders_heads_and_feed_forward(encoder, tokens, 
     art, channels = result.report["artifacts"][0], result.report["channel_pruning"]
     assert channels["attention_heads"] == [
         {"layer": _attention_name(encoder), "before": 2, "after": 1}]
+    # Compared file with file: the TFLite converter flattens a Dense on a sequence into a
+    # [-1, units] FULLY_CONNECTED, so the read-back counts the FFN at one position where
+    # channel_pruning's framework count (keras_macs) counts all 8.
     unpruned = _exported(encoder, tokens, tmp_path / "unpruned.tflite")
     # read back from the files: 2 -> 1 heads and 64 -> 32 feed-forward units (the residual
-    # stream, embedding and head stay whole); measured 0.62x MACs, 0.60x params
-    assert art["macs"] <= 0.65 * unpruned.macs, (art["macs"], unpruned.macs)
-    assert art["params"] <= 0.65 * unpruned.params, (art["params"], unpruned.params)
+    # stream, embedding and head stay whole); measured 0.50x MACs, 0.55x params
+    assert art["macs"] <= 0.55 * unpruned.macs, (art["macs"], unpruned.macs)
+    assert art["params"] <= 0.6 * unpruned.params, (art["params"], unpruned.params)
     kernels = sorted(w.shape for w in inspect_artifact(result.artifacts["tflite"]).weights
                      if w.is_kernel)
     assert kernels.count((16, 32)) == 3 and (32, 16) in kernels, kernels   # q, k, v; output
-    assert (32, 32) in kernels and (64, 32) not in kernels, kernels        # FFN 32 -> 32 -> 32
+    assert kernels.count((32, 32)) == 2 and not any(64 in s for s in kernels), kernels  # FFN
     # the artifact runs in LiteRT with the accuracy the report read back
     x, y = tokens.val
     accuracy = km.accuracy(km.run_tflite(result.artifacts["tflite"], x), y)
     assert accuracy == pytest.approx(art["metric_value"], abs=1e-9)
+    # measured: 1.000 after one epoch (0.995 before), drop -0.005; the gate is 1.5 points
     assert art["drop"] <= 0.015 and result.passed, (art["metric_value"], art["drop"])
-    assert [entry["layers"] for entry in channels["kept_whole"]] == [["dense"], ["dense_2"]] \
-        or len(channels["kept_whole"]) == 2, channels["kept_whole"]
+    # left whole: the FFN output (it feeds the residual `x + ...`) and the classifier head
+    reasons = sorted(entry["reason"] for entry in channels["kept_whole"])
+    assert len(reasons) == 2 and "a model output" in reasons[0], reasons
+    assert "feeds tf.__operators__.add" in reasons[1], reasons
     markdown = (result.out_dir / "report.md").read_text()
     assert "Attention heads removed" in markdown
     assert f"- {_attention_name(encoder)}: 2 -> 1 heads" in markdown

@@ -16,7 +16,7 @@ import numpy as np
 
 from compressor.backends.channel_plan import ChannelPruning, channel_ratio, kept_channels, \
     l2_importance
-from compressor.backends.keras import attention_heads
+import compressor.backends.keras.attention_heads as attention_heads
 from compressor.backends.keras.channel_groups import (
     SEPARABLE,
     SLICED_CHANNELWISE,
