@@ -127,7 +127,7 @@ def test_separable_prelu_and_layernorm_are_sliced_exactly(tmp_path):
     its bias): PReLU (per position and channel, and shared over positions), the depthwise
     and pointwise kernels and the next layers' input rows must follow exactly. LayerNorm's
     statistics change when channels go, so its output is checked against LayerNorm over the
-    kept channels with the kept gamma / beta."""
+    kept channels with the kept gamma / beta. The MAC counts agree with the artifact's."""
     data = digits("NHWC")
     model = _separable_net()
     for layer in model.layers:
@@ -138,7 +138,8 @@ def test_separable_prelu_and_layernorm_are_sliced_exactly(tmp_path):
         elif type(layer).__name__ in ("PReLU", "LayerNormalization"):
             weights = [np.random.default_rng(1).uniform(0.1, 2.0, w.shape) for w in weights]
         layer.set_weights(weights)
-    pruned = _pruned(model, data, tmp_path).model
+    state = _pruned(model, data, tmp_path)
+    pruned = state.model
     x = data.val[0][:64]
     kept = np.arange(1, 32, 2)
 
@@ -157,6 +158,9 @@ def test_separable_prelu_and_layernorm_are_sliced_exactly(tmp_path):
     logits_kernel, logits_bias = model.get_layer("logits").get_weights()
     np.testing.assert_allclose(pruned.predict(x, verbose=0),
                                normed @ logits_kernel[kept] + logits_bias, atol=1e-4)
+    # separable MACs (depthwise + pointwise per position) as the TFLite read-back counts them
+    assert _exported(pruned, data, tmp_path / "pruned.tflite").macs == \
+        state.sections[0].report({})["model_after"]["macs"]
 
 
 def test_macs_count_the_attention_projections_as_the_artifact_does(tokens, tmp_path):
