@@ -171,6 +171,30 @@ def _io(details: list[dict]) -> list[dict]:
              "dtype": np.dtype(d["dtype"]).name} for d in details]
 
 
+def _fully_connected_rows(ops: list, tensors: dict, shapes: dict) -> dict:
+    """`shapes` with each FULLY_CONNECTED output as [rows, units]: the op flattens its input
+    into rows of the weight's depth, and its stored output shape [-1, units] has -1 standing
+    for batch x positions (a Dense on a sequence), not for the batch alone."""
+    producer = {out: (op, ins) for op, ins, outs in ops for out in outs}
+
+    def batch1_elements(index: int) -> int | None:
+        """Elements of one sample, following RESHAPEs back to a shape known but for the batch."""
+        signature = tensors[index]["shape_signature"]
+        if all(int(d) > 0 for d in list(signature)[1:]):
+            return int(np.prod(shapes[index])) if index in shapes else None
+        op, ins = producer.get(index, (None, []))
+        return batch1_elements(ins[0]) if op == "RESHAPE" and ins else None
+
+    shapes = dict(shapes)
+    for op, ins, outs in ops:
+        if op == "FULLY_CONNECTED" and len(ins) > 1 and outs:
+            units, depth = (int(d) for d in tensors[ins[1]]["shape"][:2])
+            elements = batch1_elements(ins[0])
+            if elements is not None:
+                shapes[outs[0]] = [elements // max(depth, 1), units]
+    return shapes
+
+
 def inspect_tflite(path: Path) -> ArtifactInfo:
     """Weights, dtypes, sparsity, ops, I/O, sizes and memory estimate read from the file."""
     path = Path(path)
@@ -227,9 +251,10 @@ def inspect_tflite(path: Path) -> ArtifactInfo:
     temporary = max((activations[t] for t in persistent), default=0)
     size, gzip_size, sha = file_facts(path)
     params, dtypes, sparsity = weight_summary(weights)
+    shapes = {i: batch1_shape(t) for i, t in tensors.items() if i not in constant_set}
     macs = kernel_macs(ops, {t: int(np.prod(tensors[t]["shape"])) for t in constants},
-                       {i: batch1_shape(t) for i, t in tensors.items() if i not in constant_set},
-                       TFLITE_KERNEL_INPUTS, TFLITE_PASSTHROUGH, {})
+                       _fully_connected_rows(ops, tensors, shapes), TFLITE_KERNEL_INPUTS,
+                       TFLITE_PASSTHROUGH, {})
     estimate = (size + sum(weight_bytes[t] for t in packed) + temporary + peak
                 + RUNTIME_OVERHEAD_BYTES["tflite"])
     return ArtifactInfo(

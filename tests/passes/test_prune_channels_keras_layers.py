@@ -63,10 +63,11 @@ def test_channels50_prunes_the_encoders_heads_and_feed_forward(encoder, tokens, 
     art, channels = result.report["artifacts"][0], result.report["channel_pruning"]
     assert channels["attention_heads"] == [
         {"layer": _attention_name(encoder), "before": 2, "after": 1}]
-    # Compared file with file: the TFLite converter flattens a Dense on a sequence into a
-    # [-1, units] FULLY_CONNECTED, so the read-back counts the FFN at one position where
-    # channel_pruning's framework count (keras_macs) counts all 8.
+    # The TFLite converter flattens a Dense on a sequence into a [-1, units]
+    # FULLY_CONNECTED: the read-back counts its rows (batch x 8 positions), as keras_macs does.
     unpruned = _exported(encoder, tokens, tmp_path / "unpruned.tflite")
+    assert unpruned.macs == channels["model_before"]["macs"]
+    assert art["macs"] == channels["model_after"]["macs"]
     # read back from the files: 2 -> 1 heads and 64 -> 32 feed-forward units (the residual
     # stream, embedding and head stay whole); measured 0.50x MACs, 0.55x params
     assert art["macs"] <= 0.55 * unpruned.macs, (art["macs"], unpruned.macs)
