@@ -120,13 +120,13 @@ def bert_inputs(rows: int, seed: int = 0) -> dict[str, np.ndarray]:
     return {"input_ids": ids, "attention_mask": mask}
 
 
-def _torch_trained(model: Any, data: Data, epochs: int, logits_of) -> Any:
+def _torch_trained(model: Any, data: Data, epochs: int, logits_of, lr: float = 1e-2) -> Any:
     import torch
 
     torch.manual_seed(0)
     x, y = data.train
     arrays = list(x.values()) if isinstance(x, dict) else [x]
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     for _ in range(epochs):
         for lo in range(0, len(y), 64):
             batch = [torch.as_tensor(a[lo:lo + 64]) for a in arrays]

@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from compressor.backends.channel_plan import ChannelPruning, channel_ratio
+from compressor.backends.channel_plan import ChannelPruning, aligned_count, channel_ratio
+from compressor.backends.torch.attention_heads import head_splits, pruner_options
 from compressor.backends.torch.env import require
 from compressor.backends.torch.infer import example_input
-from compressor.backends.torch.io import as_tensors
+from compressor.backends.torch.io import as_tensors, flat_outputs
 from compressor.backends.torch.load import clone_module
 from compressor.backends.torch.train import fine_tune, is_exported
 from compressor.errors import BackendUnavailableError, first_line
@@ -45,13 +46,14 @@ def channel_pruned(state: ModelState, config: PruneConfig, ctx: Context) -> Mode
     example = tuple(as_tensors(original, example_input(ctx, EXAMPLE_ROWS)))
     kept_whole = _left_whole(original, example)
 
-    groups = [0]
+    groups, heads = [0], [()]
 
     def pruned_at(ratio: float) -> torch.nn.Module:
         working = clone_module(original)
         if ratio > 0:
-            groups[0] = _prune(working, example, ratio,
-                               [_module(working, name) for name, _ in kept_whole])
+            groups[0], heads[0] = _prune(working, example, ratio,
+                                         [_module(working, name) for name, _ in kept_whole],
+                                         config.channel_multiple)
         return working
 
     ratio = channel_ratio(config, lambda r: torch_macs(pruned_at(r), example))
@@ -63,52 +65,62 @@ def channel_pruned(state: ModelState, config: PruneConfig, ctx: Context) -> Mode
         ratio=ratio, target_macs=config.target_macs, groups_pruned=groups[0],
         model_before={"params": _params(original), "macs": torch_macs(original, example)},
         model_after={"params": _params(pruned), "macs": torch_macs(pruned, example)},
-        kept_whole=tuple({"layers": [name], "reason": reason} for name, reason in kept_whole))
+        attention_heads=heads[0], kept_whole=tuple({"layers": [name], "reason": reason} for name, reason in kept_whole))
     return state.replace(model=pruned.eval()).with_section(section)
 
 
 def _prune(model: torch.nn.Module, example: tuple[torch.Tensor, ...], ratio: float,
-           ignored: list[torch.nn.Module]) -> int:
-    """Prune `model` in place; the number of channel groups it pruned."""
+           ignored: list[torch.nn.Module], multiple: int) -> tuple[int, tuple[dict[str, Any], ...]]:
+    """Prune `model` in place; the number of channel groups it pruned and, per attention
+    module that lost whole heads, its head counts."""
     tp = _torch_pruning()
+    splits = list(head_splits(model))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)   # the groups they touch are ignored
-            pruner = tp.pruner.MagnitudePruner(model.eval(), example,
-                                               importance=tp.importance.MagnitudeImportance(p=2),
-                                               pruning_ratio=ratio, ignored_layers=ignored)
+            pruner = _aligned_pruner(tp)(model.eval(), example,
+                                         importance=tp.importance.MagnitudeImportance(p=2),
+                                         pruning_ratio=ratio, ignored_layers=ignored,
+                                         round_to=multiple if multiple > 1 else None,
+                                         **pruner_options(splits, ratio))
         groups = sum(1 for _ in pruner.DG.get_all_groups(
             ignored_layers=pruner.ignored_layers, root_module_types=pruner.root_module_types))
         pruner.step()
-        return groups
+        return groups, tuple(split.settle() for split in splits)
     except (RuntimeError, ValueError, TypeError, KeyError, IndexError) as exc:
         raise BackendUnavailableError(f"torch-pruning cannot prune {type(model).__name__} by "
                                       f"channels ({first_line(exc)}); use structure: "
                                       "unstructured") from None
 
 
+def _aligned_pruner(tp: Any) -> type:
+    """torch-pruning's MagnitudePruner with channel_plan's alignment: its own `round_to`
+    rounds the kept channels down to 0 for groups narrower than round_to and then leaves them
+    whole. `_round_to` is private to torch-pruning; the pinned 1.6.1 calls it per group with
+    the count to remove and the group's width."""
+
+    class AlignedPruner(tp.pruner.MagnitudePruner):
+        def _round_to(self, n_pruned: int, current_channels: int, round_to: int) -> int:
+            keep = aligned_count(current_channels - n_pruned, current_channels, round_to)
+            return current_channels - keep
+
+    return AlignedPruner
+
+
 def _left_whole(model: torch.nn.Module, example: tuple[torch.Tensor, ...]) -> list[tuple[str, str]]:
-    """(module name, reason) for the Conv / Linear modules whose output channels stay: the
-    head (the last one run) and every one whose channel group reaches a custom module
-    (parameters torch-pruning does not know how to slice)."""
-    order: list[str] = []
-    names = {module: name for name, module in model.named_modules()}
-    hooks = [module.register_forward_hook(lambda m, i, o: order.append(names[m]))
-             for module in names if isinstance(module, KERNELS)]
-    try:
-        with torch.no_grad():
-            model.eval()(*example)
-    finally:
-        for hook in hooks:
-            hook.remove()
-    if not order:
+    """(module name, reason) for the modules whose output channels stay: those that make a
+    model output (e.g. the classifier head) and every Conv / Linear whose channel group
+    reaches a custom module (parameters torch-pruning does not know how to slice)."""
+    outputs = _output_makers(model, example)
+    if not outputs:
         return []
-    left = [(order[-1], "a model output (e.g. the classifier head)")]
+    left = [(name, "a model output (e.g. the classifier head)") for name in outputs]
+    names = {module: name for name, module in model.named_modules()}
     tp = _torch_pruning()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)   # "unwrapped parameters": handled here
         graph = tp.DependencyGraph().build_dependency(model, example_inputs=example)
-    for group in graph.get_all_groups(ignored_layers=[model.get_submodule(order[-1])],
+    for group in graph.get_all_groups(ignored_layers=[_module(model, n) for n in outputs],
                                       root_module_types=list(KERNELS)):
         custom = [dep.target.module for dep, _ in group if _is_custom(dep.target.module)]
         # The modules whose outputs are these channels (others only read them).
@@ -120,6 +132,46 @@ def _left_whole(model: torch.nn.Module, example: tuple[torch.Tensor, ...]) -> li
                       f"({type(custom[0]).__name__}), which cannot be sliced safely")
                      for t in dict.fromkeys(producers) if names[t] not in dict(left)]
     return left
+
+
+def _output_makers(model: torch.nn.Module, example: tuple[torch.Tensor, ...]) -> list[str]:
+    """Names of the modules whose output channels are the model's outputs: for each output
+    tensor (tuple / dict outputs too), the nearest modules with parameters of their own it
+    was computed from, through parameter-free steps (activations, pooling, a final add)."""
+    owners = {module: name for name, module in model.named_modules()
+              if any(True for _ in module.parameters(recurse=False))}
+    made_by: dict[Any, str] = {}
+
+    def record(module: torch.nn.Module, inputs: Any, output: Any) -> None:
+        for _, tensor in flat_outputs(output):
+            if tensor.grad_fn is not None:
+                made_by[tensor.grad_fn] = owners[module]
+
+    frozen = [p for p in model.parameters() if not p.requires_grad]
+    hooks = [module.register_forward_hook(record) for module in owners]
+    try:
+        for parameter in frozen:   # autograd's graph is the trace; frozen weights leave none
+            parameter.requires_grad_(True)
+        with torch.enable_grad():
+            outputs = model.eval()(*example)
+    finally:
+        for parameter in frozen:
+            parameter.requires_grad_(False)
+        for hook in hooks:
+            hook.remove()
+    found: list[str] = []
+    seen: set[Any] = set()
+    pending = [t.grad_fn for _, t in flat_outputs(outputs) if t.grad_fn is not None]
+    while pending:
+        step = pending.pop()
+        if step in seen:
+            continue
+        seen.add(step)
+        if step in made_by:
+            found.append(made_by[step])
+        else:
+            pending += [following for following, _ in step.next_functions if following is not None]
+    return list(dict.fromkeys(found))
 
 
 def _is_custom(target: Any) -> bool:
