@@ -71,6 +71,9 @@ class PruneConfig(TrainingConfig):
     target_macs: float | None = Field(
         None, gt=0.0, lt=1.0, description="channel only: prune until the model's MACs are at most "
         "this fraction of the original's, e.g. 0.3 (one ratio for every group, instead of sparsity)")
+    channel_multiple: int = Field(
+        1, ge=1, le=256, description="channel only: round each group's kept channels down to a "
+        "multiple of this (never below it), e.g. 16: int8 kernels work on 16 channels at a time")
 
     @property
     def leaves_zeros(self) -> bool:
@@ -79,9 +82,10 @@ class PruneConfig(TrainingConfig):
 
     @model_validator(mode="after")
     def _target_macs_needs_channels(self) -> PruneConfig:
-        if self.target_macs is not None and self.structure != "channel":
-            raise ValueError("sets target_macs, which only structure: channel uses; add "
-                             "`structure: channel` or remove target_macs")
+        for key, unset in (("target_macs", None), ("channel_multiple", 1)):
+            if getattr(self, key) != unset and self.structure != "channel":
+                raise ValueError(f"sets {key}, which only structure: channel uses; add "
+                                 f"`structure: channel` or remove {key}")
         if self.sparsity is None and self.target_macs is None:
             raise ValueError("needs sparsity (the fraction of weights, or with structure: "
                              "channel of channels, to remove, e.g. 0.3)")

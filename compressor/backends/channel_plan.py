@@ -18,10 +18,24 @@ MAX_RATIO = 0.9           # target_macs never removes more than this fraction of
 BUDGET_SEARCH_STEPS = 7   # bisection steps of the ratio search (1/128 resolution)
 
 
-def kept_channels(importance: np.ndarray, ratio: float) -> np.ndarray:
-    """Sorted indices of the channels to keep: the most important round((1 - ratio) x n), >= 1."""
-    count = len(importance)
-    keep = max(1, count - int(round(ratio * count)))
+def kept_count(count: int, ratio: float, multiple: int = 1) -> int:
+    """How many of a group's `count` channels stay: round((1 - ratio) x count), >= 1, then
+    aligned to `multiple` (aligned_count)."""
+    return aligned_count(max(1, count - int(round(ratio * count))), count, multiple)
+
+
+def aligned_count(keep: int, count: int, multiple: int) -> int:
+    """`keep` rounded down to a multiple of `multiple` but never below it, nor above `count`;
+    groups no wider than `multiple` keep `keep`. SIMD kernels (int8 ones above all) work
+    on 16 or 8 channels at a time, and a remainder runs far slower per channel."""
+    if multiple <= 1 or count <= multiple:
+        return keep
+    return min(count, max(multiple, keep // multiple * multiple))
+
+
+def kept_channels(importance: np.ndarray, ratio: float, multiple: int = 1) -> np.ndarray:
+    """Sorted indices of the channels to keep: the kept_count most important."""
+    keep = kept_count(len(importance), ratio, multiple)
     return np.sort(np.argsort(-np.asarray(importance), kind="stable")[:keep])
 
 

@@ -28,7 +28,8 @@ TRAIN_EPOCHS = 4   # 3 leaves the Keras MobileNetV2-style net at ~95% (digits va
 PRUNE = "  - pass: prune\n    structure: channel\n    sparsity: 0.50\n    epochs: 5\n    lr: 0.003\n"
 TEST_RECIPES = {   # the built-ins' steps, gates and exports, fewer epochs
     "channels50": "extends: channels50\nname: channels50_test\nsteps:\n" + PRUNE,
-    "int8_channels50": ("extends: int8_channels50\nname: int8_channels50_test\nsteps:\n" + PRUNE
+    "int8_channels50": ("extends: int8_channels50\nname: int8_channels50_test\nsteps:\n"
+                        + PRUNE + "    channel_multiple: 16\n"
                         + "  - pass: quantize\n    mode: qat\n    dtype: int8\n    epochs: 1\n"),
 }
 
@@ -136,6 +137,30 @@ def test_target_macs_sets_one_ratio_for_a_mac_budget(framework, tmp_path):
     assert 0.2 < report["ratio"] < 0.6 and report["target_macs"] == 0.4
 
 
+def test_channel_multiple_aligns_the_kept_widths(framework, tmp_path):
+    """At 60%, the digits CNN's 16 / 32 / 64-wide layers would keep 6 / 13 / 26: aligned to 16
+    the 32 and 64 keep 16 (rounded down, never below 16); the 16-wide one is no wider than
+    the multiple and keeps 6."""
+    backend = get_backend(framework)
+    data = digits(backend.image_layout)
+    state = helpers.apply(backend, ModelState(_digits_cnn(framework)),
+                          PruneConfig(sparsity=0.6, structure="channel", epochs=0,
+                                      channel_multiple=16),
+                          helpers.context(data, tmp_path))
+    assert _widths(framework, state.model) == [6, 16, 16, 10]
+
+
+def _widths(framework: str, model) -> list[int]:
+    """Output widths of the digits CNN's conv / dense layers, in order."""
+    if framework == "keras":
+        return [layer.get_config().get("filters") or layer.get_config()["units"]
+                for layer in model.layers if layer.get_weights()]
+    import torch
+
+    return [m.out_channels if isinstance(m, torch.nn.Conv2d) else m.out_features
+            for m in model.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
+
+
 def test_a_custom_layer_leaves_its_group_whole(framework, tmp_path):
     backend = get_backend(framework)
     data = digits(backend.image_layout)
@@ -153,6 +178,8 @@ def test_a_custom_layer_leaves_its_group_whole(framework, tmp_path):
 def test_target_macs_needs_channel_structure_and_prune_needs_a_size():
     with pytest.raises(RecipeError, match="target_macs, which only structure: channel uses"):
         _load({"pass": "prune", "target_macs": 0.3, "sparsity": 0.5})
+    with pytest.raises(RecipeError, match="channel_multiple, which only structure: channel"):
+        _load({"pass": "prune", "sparsity": 0.5, "channel_multiple": 16})
     with pytest.raises(RecipeError, match="needs sparsity"):
         _load({"pass": "prune", "structure": "channel"})
 

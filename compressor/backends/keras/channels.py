@@ -55,7 +55,8 @@ def channel_pruned(state: ModelState, config: PruneConfig, ctx: Context) -> Mode
                   for root, info in free.items()}
 
     def pruned_at(ratio: float) -> Any:
-        kept = {root: kept_channels(imp, ratio) for root, imp in importance.items()}
+        kept = {root: kept_channels(imp, ratio, config.channel_multiple)
+                for root, imp in importance.items()}
         return rebuild_with_channels(model, groups, kept,
                                      attention_heads.kept_heads(heads, ratio))
 
