@@ -99,8 +99,9 @@ def test_channels50_gives_a_smaller_dense_artifact(setup, recipes, framework, ne
 
 
 @pytest.mark.slow
-def test_int8_channels50_meets_its_gate_and_stays_int8(setup, recipes, framework, tmp_path):
-    result = compress(setup, framework, "resnet_style", recipes["int8_channels50"], tmp_path)
+@pytest.mark.parametrize("net", NETS)
+def test_int8_channels50_meets_its_gate_and_stays_int8(setup, recipes, framework, net, tmp_path):
+    result = compress(setup, framework, net, recipes["int8_channels50"], tmp_path)
     art = result.report["artifacts"][0]
     assert result.passed, result.report["failures"]
     assert art["weight_dtypes"].get("int8", 0) >= 0.9, art["weight_dtypes"]
