@@ -138,6 +138,22 @@ def test_target_macs_sets_one_ratio_for_a_mac_budget(framework, tmp_path):
     assert 0.2 < report["ratio"] < 0.6 and report["target_macs"] == 0.4
 
 
+@pytest.mark.slow
+def test_channel_pruning_then_ptq_exports_the_smaller_int8_model(framework, tmp_path):
+    """Composable with post-training int8: the calibrated artifact is int8 and has the pruned
+    model's MACs (an untrained CNN: the check is on the file, so the gate is left open)."""
+    recipe = tmp_path / "channels_ptq.yaml"
+    recipe.write_text("name: channels_ptq\nsteps:\n  - pass: prune\n    structure: channel\n"
+                      "    sparsity: 0.5\n    epochs: 0\n  - pass: quantize\n    mode: ptq\n"
+                      "    dtype: int8\nvalidate:\n  metric: accuracy\n  max_drop: 1.0\n")
+    result = cz.compress(_digits_cnn(framework), str(recipe), digits(get_backend(framework)
+                         .image_layout), out_dir=tmp_path / "out", formats=(FORMAT[framework],),
+                         latency=False, quiet=True)
+    art, channels = result.report["artifacts"][0], result.report["channel_pruning"]
+    assert art["weight_dtypes"].get("int8", 0) >= 0.9, art["weight_dtypes"]
+    assert art["macs"] == channels["model_after"]["macs"] < 0.35 * channels["model_before"]["macs"]
+
+
 def test_channel_multiple_aligns_the_kept_widths(framework, tmp_path):
     """At 60%, the digits CNN's 16 / 32 / 64-wide layers would keep 6 / 13 / 26: aligned to 16
     the 32 and 64 keep 16 (rounded down, never below 16); the 16-wide one is no wider than

@@ -65,7 +65,8 @@ def channel_pruned(state: ModelState, config: PruneConfig, ctx: Context) -> Mode
         ratio=ratio, target_macs=config.target_macs, groups_pruned=groups[0],
         model_before={"params": _params(original), "macs": torch_macs(original, example)},
         model_after={"params": _params(pruned), "macs": torch_macs(pruned, example)},
-        attention_heads=heads[0], kept_whole=tuple({"layers": [name], "reason": reason} for name, reason in kept_whole))
+        attention_heads=heads[0],
+        kept_whole=tuple({"layers": [name], "reason": reason} for name, reason in kept_whole))
     return state.replace(model=pruned.eval()).with_section(section)
 
 
