@@ -54,6 +54,8 @@ class HeadSplit:
 
 
 def head_splits(model: torch.nn.Module) -> Iterator[HeadSplit]:
+    """The model's attention modules with a head count and equally wide q / k / v Linear
+    children (grouped-query attention, whose k / v are narrower, is not head-pruned)."""
     for name, module in model.named_modules():
         count = next((attr for attr in HEAD_COUNTS
                       if type(getattr(module, attr, None)) is int), None)
@@ -66,7 +68,8 @@ def head_splits(model: torch.nn.Module) -> Iterator[HeadSplit]:
                 break
         else:
             continue
-        if heads > 1 and all(linear.out_features % heads == 0 for linear in linears):
+        widths = {linear.out_features for linear in linears}
+        if heads > 1 and len(widths) == 1 and widths.pop() % heads == 0:
             yield HeadSplit(name, module, count, linears, heads, linears[0].out_features // heads)
 
 
