@@ -72,8 +72,9 @@ class PruneConfig(TrainingConfig):
         None, gt=0.0, lt=1.0, description="channel only: prune until the model's MACs are at most "
         "this fraction of the original's, e.g. 0.3 (one ratio for every group, instead of sparsity)")
     channel_multiple: int = Field(
-        1, ge=1, le=256, description="channel only: round each group's kept channels down to a "
-        "multiple of this (never below it), e.g. 16: int8 kernels work on 16 channels at a time")
+        1, ge=1, le=256, description="channel only: round each group's kept channels to the "
+        "nearest multiple of this (never below it), e.g. 16: int8 kernels work on 16 channels at "
+        "a time")
 
     @property
     def leaves_zeros(self) -> bool:

