@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 
+from bench.case import Case, RunContext, case_results, no_reason, target
+from bench.markdown import table
 from bench.measure import python_cmd, ratio, run_process
 from bench.sides import ARTIFACTS, BUILD, probe, run_toolkit
 
@@ -117,20 +119,40 @@ def speedups(rows: list[dict]) -> list[dict]:
     return out
 
 
-def targets(case: dict | None) -> dict:
+def targets(results: dict) -> dict:
     """channels50_speedup / int8_channels50_speedup: the worst (largest) ratio over nets,
     frameworks and runtimes; goal <= 0.6."""
-    from bench.targets import _target
-
     out = {}
-    rows = (case or {}).get("speedups", [])
+    rows = case_results(results, "channels").get("speedups", [])
     for name, (pruned, unpruned) in PAIRS.items():
         values = [(r[name], f"{r['net']}/{r['framework']} {r['runtime']}") for r in rows
                   if r.get(name) is not None]
         value, where = max(values) if values else (None, "not measured")
         expected = len(FRAMEWORKS) * 2   # nets x frameworks, one runtime each
-        out[name] = _target(value, 0.6, "<=", f"p50 {pruned} / p50 {unpruned}, batch 1, 1 thread, "
-                            "LiteRT and onnxruntime, ResNet- and MobileNetV2-style nets",
-                            f"worst: {where}; {len(values)}/{expected} measured",
-                            force_miss=len(values) < expected)
+        out[name] = target(value, 0.6, "<=", f"p50 {pruned} / p50 {unpruned}, batch 1, 1 thread, "
+                           "LiteRT and onnxruntime, ResNet- and MobileNetV2-style nets",
+                           f"worst: {where}; {len(values)}/{expected} measured",
+                           force_miss=len(values) < expected)
     return out
+
+
+def section(channels: dict, results: dict) -> list[str]:
+    rows = [[r["net"], r["framework"], r["runtime"], r.get("fp32_p50_ms"), r.get("channels50_p50_ms"),
+             r.get("channels50_speedup"), r.get("channels50_macs_ratio"), r.get("int8_qat_p50_ms"),
+             r.get("int8_channels50_p50_ms"), r.get("int8_channels50_speedup"),
+             r.get("int8_channels50_macs_ratio")]
+            for r in channels.get("speedups", [])]
+    intro = ("32x32x3 ResNet- and MobileNetV2-style nets (bench/channel_nets.py), untrained; "
+             "batch 1, 1 thread, p50 ms; speedup = pruned p50 / unpruned p50 (lower is faster). "
+             "int8_channels50 aligns the kept widths to 16 (`channel_multiple: 16`), so its MACs "
+             "ratio can differ from channels50's.")
+    return (["## 6. Channel pruning (channels50, int8_channels50)", "", intro, ""]
+            + table(["net", "framework", "runtime", "fp32", "channels50", "ratio", "MACs ratio",
+                     "int8_qat", "int8_channels50", "ratio", "MACs ratio"], rows) + [""])
+
+
+def _run(ctx: RunContext) -> dict:
+    return run(ctx.log, **ctx.timing())
+
+
+CASE = Case(name="channels", run=_run, targets=targets, why_missed=no_reason, section=section)

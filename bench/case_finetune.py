@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 
+from bench.case import Case, RunContext, case_results, no_reason, target
+from bench.markdown import table
 from bench.measure import error_line, python_cmd, run_process
 
 FRAMEWORKS = ("keras", "torch")
@@ -31,41 +33,32 @@ def _build(case: str, log) -> dict:
     return {"frameworks": results, "runs": runs, "errors": errors}
 
 
-def run_kd_gain(log) -> dict:
-    return _build("kd_gain", log)
-
-
-def run_pretrained_drop(log) -> dict:
-    return _build("pretrained_drop", log)
-
-
-def targets(kd: dict | None, drop: dict | None) -> dict:
-    from bench.targets import _target
-
-    gains = {fw: r["summary"]["brief"]["kd_gain"]
-             for fw, r in (kd or {}).get("frameworks", {}).items()}
-    converged = {fw: r["summary"]["converged"]["kd_gain"]
-                 for fw, r in (kd or {}).get("frameworks", {}).items()}
+def kd_gain_targets(results: dict) -> dict:
+    frameworks = case_results(results, "kd_gain").get("frameworks", {})
+    gains = {fw: r["summary"]["brief"]["kd_gain"] for fw, r in frameworks.items()}
+    converged = {fw: r["summary"]["converged"]["kd_gain"] for fw, r in frameworks.items()}
     worst_gain = min(gains.values()) if gains else None
-    rows = [{**row, "framework": fw} for fw, r in (drop or {}).get("frameworks", {}).items()
+    return {"kd_gain": target(worst_gain, KD_GAIN_GOAL, ">=", "int8_prune30_kd - int8_prune30, mean "
+                              "artifact accuracy over 3 seeds, briefly trained 1/5-size digits student",
+                              f"per framework {gains}; converged student {converged}",
+                              force_miss=len(gains) < len(FRAMEWORKS))}
+
+
+def pretrained_drop_targets(results: dict) -> dict:
+    rows = [{**row, "framework": fw}
+            for fw, r in case_results(results, "pretrained_drop").get("frameworks", {}).items()
             for row in r["rows"]]
     worst = max(rows, key=lambda row: row["drop"]) if rows else None
-    return {
-        "kd_gain": _target(worst_gain, KD_GAIN_GOAL, ">=", "int8_prune30_kd - int8_prune30, mean "
-                           "artifact accuracy over 3 seeds, briefly trained 1/5-size digits student",
-                           f"per framework {gains}; converged student {converged}",
-                           force_miss=len(gains) < len(FRAMEWORKS)),
-        "pretrained_drop": _target(
-            worst and worst["drop"], DROP_GOAL, "<=", "trained accuracy - artifact accuracy, "
-            "default int8_prune30 / int8_qat, ResNet- and MobileNetV2-style digits nets",
-            f"worst: {worst['net']}/{worst['framework']} {worst['recipe']}" if worst
-            else "not measured", force_miss=len(rows) < 2 * 2 * len(FRAMEWORKS)),
-    }
+    return {"pretrained_drop": target(
+        worst and worst["drop"], DROP_GOAL, "<=", "trained accuracy - artifact accuracy, "
+        "default int8_prune30 / int8_qat, ResNet- and MobileNetV2-style digits nets",
+        f"worst: {worst['net']}/{worst['framework']} {worst['recipe']}" if worst
+        else "not measured", force_miss=len(rows) < 2 * 2 * len(FRAMEWORKS))}
 
 
-def kd_gain_section(case: dict, table) -> list[str]:
+def kd_gain_section(kd: dict, results: dict) -> list[str]:
     rows = [[fw, scenario, s["student"], s["int8_prune30"], s["int8_prune30_kd"], s["kd_gain"]]
-            for fw, r in case.get("frameworks", {}).items() for scenario, s in r["summary"].items()]
+            for fw, r in kd.get("frameworks", {}).items() for scenario, s in r["summary"].items()]
     return (["## 9. Distillation gain (int8_prune30_kd vs int8_prune30)", "",
              "Digits teacher CNN (~38k parameters), student ~7.7k trained 1 epoch (brief) or 20 "
              "(converged) from scratch; mean val accuracy of the exported artifact over seeds "
@@ -74,11 +67,26 @@ def kd_gain_section(case: dict, table) -> list[str]:
                      "gain"], rows) + [""])
 
 
-def pretrained_drop_section(case: dict, table) -> list[str]:
+def pretrained_drop_section(drop: dict, results: dict) -> list[str]:
     rows = [[r["net"], fw, r["recipe"], r["trained"], r["artifact"], r["drop"], r["passed"]]
-            for fw, result in case.get("frameworks", {}).items() for r in result["rows"]]
+            for fw, result in drop.get("frameworks", {}).items() for r in result["rows"]]
     return (["## 10. Pretrained models through the default recipes", "",
              "ResNet- / MobileNetV2-style digits nets (bench/finetune_build.py) trained to high "
              "accuracy; drop = trained float accuracy - artifact accuracy.", ""]
             + table(["net", "framework", "recipe", "trained", "artifact", "drop", "gate passed"],
                     rows) + [""])
+
+
+def _run_kd_gain(ctx: RunContext) -> dict:
+    return _build("kd_gain", ctx.log)
+
+
+def _run_pretrained_drop(ctx: RunContext) -> dict:
+    return _build("pretrained_drop", ctx.log)
+
+
+KD_GAIN = Case(name="kd_gain", run=_run_kd_gain, targets=kd_gain_targets, why_missed=no_reason,
+               section=kd_gain_section)
+PRETRAINED_DROP = Case(name="pretrained_drop", run=_run_pretrained_drop,
+                       targets=pretrained_drop_targets, why_missed=no_reason,
+                       section=pretrained_drop_section)

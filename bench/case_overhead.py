@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 
+from bench.case import Case, RunContext, case_results, not_measured, target
+from bench.markdown import fmt, table
 from bench.measure import (
     compress_cmd,
     error_line,
@@ -94,3 +96,76 @@ def run(models: dict, log, repeats: int = 3, torch_form: str = "pt2", nets=NETS)
     start, errors = startup(repeats=max(5, repeats))
     rows, more = compare(models, log, repeats, torch_form, nets)
     return {"rows": rows, "startup": start, "errors": errors + more}
+
+
+def targets(results: dict) -> dict:
+    overhead = case_results(results, "overhead")
+    rows = overhead.get("rows", [])
+    values = [(r["wall_ratio"], f"{r['net']}/{r['framework']}") for r in rows if r.get("wall_ratio")]
+    value, where = max(values) if values else (None, "")
+    failed = [f"{r['net']}/{r['framework']}" for r in rows if not r.get("wall_ratio")]
+    note = (f"worst: {where}" if values else "not measured") + (f"; failed: {failed}" if failed else "")
+    start = overhead.get("startup", {})
+    return {
+        "toolkit_wall_vs_baseline": target(
+            value, 1.10, "<=", "whole-process wall time, compress --recipe int8_prune30 / baseline",
+            note, force_miss=bool(failed)),
+        "help_wall_s": target(start.get("help_wall_s"), 0.5, "<=", "compress --help wall time (s)",
+                              "median of fresh processes"),
+    }
+
+
+def why_missed(name: str, target: dict, results: dict) -> str:
+    """Start-up against bare Python's; the wall gap against the spread between repeats."""
+    overhead = case_results(results, "overhead")
+    if name == "help_wall_s":
+        start = overhead.get("startup", {})
+        return (f"a bare `python -c pass` already takes {start.get('python_startup_wall_s')} s "
+                "here; the rest is argparse and the console-script entry point")
+    if target["value"] is None:
+        return not_measured(results, "overhead")
+    parts = []
+    for row in overhead.get("rows", []):
+        walls = [r["process"]["wall_s"] for r in row["toolkit_runs"]]
+        base_walls = [r["process"]["wall_s"] for r in row["baseline_runs"]]
+        timings = next((r.get("timings_s") for r in row["toolkit_runs"] if r.get("timings_s")), None)
+        parts.append(f"{row['net']}/{row['framework']}: wall {row['wall_ratio']}x, CPU "
+                     f"{row.get('cpu_ratio')}x (toolkit runs {walls} s, baseline {base_walls} s"
+                     + (f"; toolkit stages {timings}" if timings else "") + ")")
+        spread = max(walls) - min(walls) if walls else 0
+        base_spread = max(base_walls) - min(base_walls) if base_walls else 0
+        parts[-1] += (f"; spread between repeats {spread:.1f} s (toolkit) and {base_spread:.1f} s "
+                      f"(baseline) vs a gap of {row['toolkit_wall_s'] - row['baseline_wall_s']:.1f} s")
+    return ("; ".join(parts) + ". Beyond the baseline's work the toolkit evaluates the original "
+            "model, inspects and times the artifact and writes the report")
+
+
+def section(overhead: dict, results: dict) -> list[str]:
+    rows = [[f"{r['net']}/{r['framework']}", r["format"], r["repeats"], r["toolkit_wall_s"],
+             r["baseline_wall_s"], r["wall_ratio"], r.get("toolkit_cpu_s"), r.get("baseline_cpu_s"),
+             r.get("cpu_ratio"), r["toolkit_peak_rss_mb"], r["baseline_peak_rss_mb"], r["rss_ratio"]]
+            for r in overhead.get("rows", [])]
+    start = overhead.get("startup", {})
+    intro = ("Toolkit: `compress --recipe int8_prune30 MODEL --data digits --format F` (F = the "
+             "baseline's format), which also evaluates the original model and the artifact and "
+             "writes the report. Baseline: its script with `--evaluate`. Runs alternate A B, B A, "
+             "A B; medians. CPU = user + system seconds of the process tree.")
+    notes = [(f"- `compress --help`: {fmt(start.get('help_wall_s'))} s wall (median of "
+             f"{start.get('repeats')}; a bare `python -c pass` takes "
+             f"{fmt(start.get('python_startup_wall_s'))} s), peak RSS "
+             f"{fmt(start.get('help_peak_rss_mb'), 1)} MB"),
+             (f"- `import compressor`: {fmt(start.get('import_in_process_s'), 4)} s in-process "
+             f"({fmt(start.get('import_process_wall_s'))} s for the whole `python -c` process)"), ""]
+    return (["## 4. Overhead (whole process, int8_prune30: prune 2 epochs + QAT 2 epochs)", "",
+             intro, ""]
+            + table(["net", "artifact", "runs", "toolkit wall s", "baseline wall s", "wall ratio",
+                     "toolkit CPU s", "baseline CPU s", "CPU ratio", "toolkit RSS MB",
+                     "baseline RSS MB", "RSS ratio"], rows) + notes)
+
+
+def _run(ctx: RunContext) -> dict:
+    return run(ctx.models, ctx.log, repeats=1 if ctx.quick else 3, torch_form=ctx.torch_form)
+
+
+CASE = Case(name="overhead", run=_run, targets=targets, why_missed=why_missed, section=section,
+            uses_models=("keras", "torch"))

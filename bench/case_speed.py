@@ -7,6 +7,8 @@ threads), one probe process opens every artifact and times them round-robin.
 """
 from __future__ import annotations
 
+from bench.case import Case, RunContext, case_results, no_reason, no_targets
+from bench.markdown import table
 from bench.measure import ratio
 from bench.sides import ARTIFACTS, BASELINE_FORMAT, probe, run_baseline, run_toolkit
 
@@ -93,3 +95,35 @@ def speedups(rows: list[dict]) -> list[dict]:
                     "int8_speedup": ratio(p50.get("fp32"), p50.get("int8"), 3),
                     "int8_vs_baseline_int8": ratio(p50.get("int8"), base_int8, 3)})
     return out
+
+
+def section(speed: dict, results: dict) -> list[str]:
+    cpu = results.get("meta", {}).get("cpu", {})
+    rows = [[s["net"], s["runtime"], s["threads"], s["framework"], s["side"], s["fp32_p50_ms"],
+             s["int8_p50_ms"], s["int8_speedup"], s["int8_vs_baseline_int8"]]
+            for s in speed.get("speedups", [])]
+    slower = [f"{s['net']} {s['runtime']} {s['threads']}t from {s['framework']} ({s['side']}, "
+              f"{s['int8_speedup']}x)" for s in speed.get("speedups", [])
+              if s["int8_speedup"] is not None and s["int8_speedup"] < 1.0]
+    intro = ("conv32: 32x32x3 input, conv 64/128/128, untrained, random inputs, int8 calibrated on "
+             "256 random samples. conv1m: the 1.2M-parameter digits net. `origin` is the framework "
+             "the artifact was made from (Keras .onnx: the toolkit's TFLite->ONNX route; PyTorch "
+             ".tflite: litert-torch). Each (net, runtime, threads) is one fresh process timing all "
+             "its artifacts round-robin; value = median of per-round p50s.")
+    notes = [(f"- CPU: {cpu.get('model', '?')}; SIMD flags that matter for int8: "
+             f"{', '.join(cpu.get('simd_flags', [])) or '?'} (no VNNI: no int8 dot-product "
+             "instructions)"),
+             "- int8 slower than fp32: " + ("; ".join(slower) or "none"), ""]
+    return (["## 3. Speed (batch 1, p50 ms)", "", intro, ""]
+            + table(["net", "runtime", "threads", "origin", "side", "fp32", "int8", "int8 speedup",
+                     "int8 / baseline int8"], rows) + notes)
+
+
+def _run(ctx: RunContext) -> dict:
+    size_rows = case_results(ctx.results, "size").get("rows", [])
+    return run(ctx.models, size_rows, ctx.log, torch_form=ctx.torch_form, **ctx.timing())
+
+
+# No targets since the zoo case replaced int8_speedup_* (int8 dot products this CPU lacks).
+CASE = Case(name="speed", run=_run, targets=no_targets, why_missed=no_reason, section=section,
+            uses_models=("keras", "torch"))

@@ -9,6 +9,8 @@ from __future__ import annotations
 import csv
 import shutil
 
+from bench.case import Case, RunContext, no_reason, no_targets
+from bench.markdown import table
 from bench.measure import compress_cmd, error_line, ratio, run_process
 from bench.sides import ARTIFACTS
 
@@ -42,3 +44,25 @@ def run(models: dict, log) -> dict:
     row["ray_speedup"] = ratio(row.get("serial_wall_s"), row.get("ray_wall_s"), 2)
     row["same_rows"] = (tables.get("serial") == tables.get("ray")) if len(tables) == 2 else None
     return {"rows": [row], "errors": errors}
+
+
+def section(sweep: dict, results: dict) -> list[str]:
+    rows = [[", ".join(r["recipes"]), r["workers"], r.get("serial_wall_s"), r.get("ray_wall_s"),
+             r.get("ray_speedup"), r.get("same_rows")] for r in sweep.get("rows", [])]
+    facts = sweep.get("run") or {}   # set when merged in with --into
+    when = (f" Measured {facts.get('started')} (commit {facts.get('commit')}), load average "
+            f"{facts.get('loadavg_start')} at start, {facts.get('loadavg_end')} at end."
+            if facts else "")
+    return (["## 8. Sweep on Ray (`compress sweep --executor ray`, local Ray, Keras digits)", "",
+             "Wall time of the whole command; Ray's includes starting it and workers' imports."
+             + when, ""]
+            + table(["recipes", "Ray CPUs", "serial wall s", "Ray wall s", "speed-up",
+                     "same rows"], rows) + [""])
+
+
+def _run(ctx: RunContext) -> dict:
+    return run(ctx.models, ctx.log)
+
+
+CASE = Case(name="sweep", run=_run, targets=no_targets, why_missed=no_reason, section=section,
+            uses_models=("keras",))

@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bench.case import Case, RunContext, case_results, not_measured, target
+from bench.markdown import table
 from bench.measure import REPO, error_line, python_cmd, ratio, run_process
 from bench.sides import ARTIFACTS, probe
 
@@ -85,3 +87,64 @@ def ratios(rows: list[dict]) -> dict:
             "int8_p50_vs_fp32": ratio(int8.get("p50_ms"), fp32.get("p50_ms"), 3),
             "int8_fidelity": trained_int8.get("fidelity"),
             "vendor_fidelity": trained_vendor.get("fidelity")}
+
+
+def targets(results: dict) -> dict:
+    """The toolkit's int8 of a BERT-style encoder against onnxruntime's own quantize_dynamic
+    (per-channel) on the same fp32 ONNX: size and batch-1 p50 on the 6-layer 384-wide one,
+    fidelity on the small one trained in the bench."""
+    r = case_results(results, "transformer").get("ratios", {})
+    where = f"{SPEED_MODEL}, onnxruntime 1 thread"
+    fidelity, vendor = r.get("int8_fidelity"), r.get("vendor_fidelity")
+    margin = None if fidelity is None or vendor is None else round(fidelity - vendor, 6)
+    return {
+        "transformer_int8_size_vs_vendor": target(
+            r.get("int8_size_vs_vendor"), 1.02, "<=", "BERT int8 ONNX size / onnxruntime "
+            "quantize_dynamic size", f"{where}; int8 / fp32 {r.get('int8_size_vs_fp32')}"),
+        "transformer_int8_latency_vs_vendor": target(
+            r.get("int8_p50_vs_vendor"), 1.05, "<=", "BERT int8 batch-1 p50 / onnxruntime "
+            "quantize_dynamic p50", f"{where}; int8 / fp32 {r.get('int8_p50_vs_fp32')}"),
+        "transformer_int8_fidelity_vs_vendor": target(
+            margin, -0.002, ">=", "BERT int8 fidelity - quantize_dynamic fidelity (lowest mean "
+            "cosine to the float model over last_hidden_state / pooler_output)",
+            f"{FIDELITY_MODEL} trained in the bench: int8 {fidelity}, vendor {vendor}"),
+    }
+
+
+def why_missed(name: str, target: dict, results: dict) -> str:
+    """The three artifacts' own numbers, or the error that stopped the case."""
+    if target["value"] is None:
+        return not_measured(results, "transformer")
+    rows = results["cases"]["transformer"].get("rows", [])
+    return "; ".join(f"{r['model']} {r['side']} {r['recipe']}: {r.get('size_bytes')} B, p50 "
+                     f"{r.get('p50_ms')} ms, fidelity {r.get('fidelity')}" for r in rows)
+
+
+def section(transformer: dict, results: dict) -> list[str]:
+    rows = [[r["model"], f"{r['side']} {r['recipe']}", r.get("size_bytes"), r.get("p50_ms"),
+             (r.get("cosine") or {}).get("last_hidden_state"),
+             (r.get("cosine") or {}).get("pooler_output"), r.get("error", "")[:80]]
+            for r in transformer.get("rows", [])]
+    models = transformer.get("models", {})
+    trained = next((m["training"] for m in models.values() if "training" in m), {})
+    picked = next((m.get("toolkit_int8_report", {}).get("quantize") for m in models.values()), None)
+    intro = ("Hugging Face BertModel from a BertConfig (int64 input_ids + attention_mask, seq "
+             "32): bert6x384 = 6 layers, 384 wide, 30522-token vocabulary, random init (size, "
+             "speed); bert2x64 = 2 layers, 64 wide, trained in the bench for a few seconds on a "
+             "synthetic token task (fidelity). Toolkit `int8` (Python API, `validate: {metric: "
+             "fidelity}`) vs toolkit fp32 vs onnxruntime `quantize_dynamic(per_channel=True, "
+             "weight_type=QInt8)` on the toolkit's fp32 ONNX. p50: batch 1, 1 thread, the three "
+             "artifacts round-robin in one process. Cosine: mean per row vs the float PyTorch "
+             "model, 64 rows.")
+    notes = [f"- int8 mode the toolkit picked: {(picked or {}).get('mode', '?')}; bert2x64 "
+             f"training: {trained or '?'}", ""]
+    return (["## 6. Transformer (BERT-style encoder, onnxruntime)", "", intro, ""]
+            + table(["model", "artifact", "raw B", "p50 ms", "cos last_hidden_state",
+                     "cos pooler_output", "error"], rows) + notes)
+
+
+def _run(ctx: RunContext) -> dict:
+    return run(ctx.log, **ctx.timing(quick_runs=30))
+
+
+CASE = Case(name="transformer", run=_run, targets=targets, why_missed=why_missed, section=section)

@@ -5,11 +5,11 @@
     python -m bench.run --quick              # fewer repeats and rounds (development)
     python -m bench.run --only sweep --into bench/results.json   # re-measure one case in place
 
-Cases: size (+ accuracy), speed, overhead, scaling, zoo (int8 vs fp32 vs vendor int8),
-transformer (BERT int8 vs fp32 vs onnxruntime quantize_dynamic), kd_gain and pretrained_drop
-(issue 15: distillation's gain, default recipes on trained ResNet / MobileNetV2-style nets). Every
-case is independent: one that fails is recorded in the results as an error, and the others
-still run.
+Cases (bench/cases.py, one bench/case_*.py module each): size (+ accuracy), speed, overhead,
+scaling, zoo (int8 vs fp32 vs vendor int8), channels, transformer (BERT int8 vs fp32 vs
+onnxruntime quantize_dynamic), sweep, kd_gain and pretrained_drop (issue 15: distillation's gain,
+default recipes on trained ResNet / MobileNetV2-style nets). Every case is independent: one that
+fails is recorded in the results as an error, and the others still run.
 """
 from __future__ import annotations
 
@@ -25,16 +25,16 @@ import traceback
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import (case_channels, case_finetune, case_overhead, case_scaling, case_size,
-                   case_speed, case_sweep, case_transformer, case_zoo, report_md, targets)
-from bench.explain import why_missed
+from bench import report_md
+from bench.case import RunContext
+from bench.cases import BY_NAME, NAMES
 from bench.measure import REPO, error_line, python_cmd, run_process
 from bench.sides import BUILD, MODELS
+from bench.targets import judge
 
 JSON_INDENT = 2   # as bench/results.json is committed: a merged case changes only its lines
 
-CASES = ("size", "speed", "overhead", "scaling", "zoo", "channels", "transformer", "sweep",
-         "kd_gain", "pretrained_drop")
+FRAMEWORKS = ("keras", "torch")   # bench/prepare.py's, in the order they are prepared
 
 
 def log(message: str) -> None:
@@ -52,32 +52,6 @@ def prepare_models(frameworks: list[str]) -> tuple[dict, list[str]]:
         except (ValueError, IndexError):
             errors.append(f"prepare {framework} exited {proc.returncode}: {error_line(proc.stderr_tail)}")
     return models, errors
-
-
-def run_case(name: str, models: dict, results: dict, args: argparse.Namespace) -> dict:
-    quick = args.quick
-    if name == "size":
-        return case_size.run(models, log, torch_form=args.torch_form)
-    if name == "speed":
-        size_rows = results["cases"].get("size", {}).get("rows", [])
-        return case_speed.run(models, size_rows, log, torch_form=args.torch_form,
-                              rounds=2 if quick else 5, runs_per_round=50 if quick else 100)
-    if name == "zoo":
-        return case_zoo.run(log, rounds=2 if quick else 5, runs_per_round=50 if quick else 100)
-    if name == "channels":
-        return case_channels.run(log, rounds=2 if quick else 5, runs_per_round=50 if quick else 100)
-    if name == "transformer":
-        return case_transformer.run(log, rounds=2 if quick else 5,
-                                    runs_per_round=30 if quick else 100)
-    if name == "overhead":
-        return case_overhead.run(models, log, repeats=1 if quick else 3, torch_form=args.torch_form)
-    if name == "sweep":
-        return case_sweep.run(models, log)
-    if name == "kd_gain":
-        return case_finetune.run_kd_gain(log)
-    if name == "pretrained_drop":
-        return case_finetune.run_pretrained_drop(log)
-    return case_scaling.run(models, log)
 
 
 INT8_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8")
@@ -107,17 +81,6 @@ def git_commit() -> str:
         return "unknown"
 
 
-def judge(results: dict) -> None:
-    """Numbers derived from the measurements: scaling growth, targets and reasons for misses."""
-    scaling = results["cases"].get("scaling")
-    if scaling and "rows" in scaling:
-        scaling["growth"] = case_scaling.growth_of(scaling["rows"])
-    results["targets"] = targets.compute(results)
-    for name, target in results["targets"].items():
-        if not target["met"]:
-            target["why"] = why_missed(name, target, results)
-
-
 def merge_into(path: Path, measured: dict) -> int:
     """Put the cases just measured into an existing results file (each with this run's facts
     as its `run`: when, which commit, the load), then recompute its targets and Markdown."""
@@ -142,10 +105,11 @@ def render_again(path: Path) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
+    """The options, and the cases to run (all, or --only's, checked against bench/cases.py)."""
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", help=f"comma-separated cases: {','.join(CASES)}")
+    parser.add_argument("--only", help=f"comma-separated cases: {','.join(NAMES)}")
     parser.add_argument("--quick", action="store_true", help="fewer repeats (development)")
     parser.add_argument("--torch-form", choices=["pt2", "function"], default="pt2",
                         help="how compress gets the PyTorch nets: .pt2 file or module:function + --weights")
@@ -156,13 +120,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--render", type=Path, metavar="RESULTS_JSON",
                         help="only recompute targets and the Markdown of an existing results file")
     args = parser.parse_args(argv)
+    cases = args.only.split(",") if args.only else list(NAMES)
+    unknown = [c for c in cases if c not in NAMES]
+    if unknown and not args.render:
+        parser.error(f"unknown case(s) {unknown}; choose from {NAMES}")
+    return args, cases
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, cases = parse_args(argv)
     if args.render:
         return render_again(args.render)
-    cases = args.only.split(",") if args.only else list(CASES)
-    unknown = [c for c in cases if c not in CASES]
-    if unknown:
-        parser.error(f"unknown case(s) {unknown}; choose from {CASES}")
-    full = cases == list(CASES) and not args.quick
+    full = cases == list(NAMES) and not args.quick
     out = args.out or (REPO / "bench" / "results.json" if full
                        else BUILD / f"results-{'-'.join(cases)}{'-quick' if args.quick else ''}.json")
 
@@ -173,20 +142,19 @@ def main(argv: list[str] | None = None) -> int:
                         "machine": platform.machine(), "cpu": cpu_facts(), "commit": git_commit(),
                         "loadavg_start": [round(x, 2) for x in os.getloadavg()]},
                "cases": {}}
-    # The zoo, channels and transformer cases build their own nets; the others share the
-    # prepared ones.
-    frameworks = (["keras"] if set(cases) - {"zoo", "channels", "transformer", "kd_gain",
-                                             "pretrained_drop"} else []) + \
-        (["torch"] if set(cases) & {"size", "speed", "overhead"} else [])
+    # Only the cases that declare uses_models share the prepared nets; the others build their own.
+    frameworks = [fw for fw in FRAMEWORKS if any(fw in BY_NAME[name].uses_models for name in cases)]
     prepare_started = time.perf_counter()
     models, errors = prepare_models(frameworks)
     results["meta"]["prepare_s"] = round(time.perf_counter() - prepare_started, 1)
     results["models"] = models
     results["prepare_errors"] = errors
+    context = RunContext(models=models, results=results, log=log, quick=args.quick,
+                         torch_form=args.torch_form)
     for name in cases:
         case_started = time.perf_counter()
         try:
-            results["cases"][name] = run_case(name, models, results, args)
+            results["cases"][name] = BY_NAME[name].run(context)
         except Exception as exc:  # noqa: BLE001  a broken case is recorded; the others still run
             results["cases"][name] = {"errors": [f"case {name} crashed: {type(exc).__name__}: {exc}"],
                                       "traceback": traceback.format_exc()[-3000:]}
