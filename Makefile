@@ -22,11 +22,15 @@ demo: install
 test: install
 	$(PY) -m pytest -q
 
+# The quick suite (under a minute): unit tests of the pure modules and the framework-free checks.
+FAST_TESTS := tests/unit tests/test_architecture.py tests/test_lean_import.py tests/test_recipe.py \
+              tests/test_workers.py tests/test_workspace.py
+
 test-fast: install
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q $(FAST_TESTS)
 
 lint: install
-	$(VENV)/bin/ruff check compressor tests
+	$(VENV)/bin/ruff check compressor tests bench
 
 bench: install
 	$(PY) -m bench.run

@@ -150,13 +150,115 @@ def test_each_backend_implements_the_protocols():
 
 def test_every_step_config_has_a_registered_pass():
     import compressor.passes  # noqa: F401
-    from compressor.registry import pass_names
+    from compressor.registry import registered_passes
     from compressor.steps import STEP_CONFIGS, step_kind
 
-    assert sorted(step_kind(cls) for cls in STEP_CONFIGS) == pass_names()
+    assert sorted(step_kind(cls) for cls in STEP_CONFIGS) == registered_passes()
 
 
 def test_the_cycle_check_finds_a_cycle():
     """The check above must be able to fail."""
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+# Modules that write artifacts: they read the state's scheme, never the recipe's steps.
+EXPORTER_MODULES = ("handlers", "tflite", "onnx", "export", "convert", "mixed")
+STEP_READS = {"QuantizeConfig", "PrecisionConfig", "steps", "last"}
+
+
+def _step_reads(path: Path) -> list[str]:
+    """Names in the file that read recipe steps: the step config types, `state.steps`,
+    `state.last(...)`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        name = node.id if isinstance(node, ast.Name) else \
+            node.attr if isinstance(node, ast.Attribute) else None
+        if name in STEP_READS:
+            found.append(f"{path.name}:{node.lineno} {name}")
+    return found
+
+
+def _exporter_files() -> list[Path]:
+    backends = [path for path in (PACKAGE / "backends").rglob("*.py")
+                if path.stem in EXPORTER_MODULES]
+    return sorted(backends + list((PACKAGE / "export").glob("*.py")))
+
+
+def test_no_exporter_reads_recipe_steps():
+    files = _exporter_files()
+    assert len(files) >= 12, files   # handlers of four model kinds, their converters, export/
+    assert [read for path in files for read in _step_reads(path)] == []
+
+
+def test_the_step_read_check_finds_one(tmp_path):
+    path = tmp_path / "tflite.py"
+    path.write_text("def f(state):\n    return state.last(QuantizeConfig)\n")
+    assert _step_reads(path) == ["tflite.py:2 last", "tflite.py:2 QuantizeConfig"]
+
+
+def _is_no_op(function: ast.FunctionDef) -> bool:
+    """A body (docstring aside) that only passes, or returns None, a constant or an argument."""
+    body = [node for node in function.body
+            if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))]
+    if not body:
+        return True
+    if len(body) != 1:
+        return False
+    node = body[0]
+    arguments = {arg.arg for arg in function.args.args}
+    return isinstance(node, ast.Pass) or (isinstance(node, ast.Return) and (
+        node.value is None or isinstance(node.value, (ast.Constant, ast.List, ast.Tuple))
+        and not getattr(node.value, "elts", None)
+        or isinstance(node.value, ast.Name) and node.value.id in arguments))
+
+
+def _backend_methods() -> dict[str, list[bool]]:
+    """Public method name -> for each backend class defining it, whether it is a no-op."""
+    classes = {}
+    for path in (PACKAGE / "backends").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and node.name.endswith("Backend") \
+                    and path.name != "base.py":
+                classes[node.name] = node
+    methods: dict[str, list[bool]] = {}
+    for cls in classes.values():
+        for item in cls.body:
+            if isinstance(item, ast.FunctionDef) and not item.name.startswith("_"):
+                methods.setdefault(item.name, []).append(_is_no_op(item))
+    return methods
+
+
+def test_no_backend_method_is_a_no_op_in_every_backend():
+    methods = _backend_methods()
+    assert {"load", "predict", "prune", "distill", "quantizable_layers"} <= set(methods)
+    assert [name for name, no_ops in methods.items() if all(no_ops)] == []
+
+
+def test_the_no_op_check_finds_one():
+    source = "def to_precision(self, state, config, ctx):\n    '''doc'''\n    return state\n"
+    assert _is_no_op(ast.parse(source).body[0])
+    source = "def f(self, state):\n    return []\n"
+    assert _is_no_op(ast.parse(source).body[0])
+    source = "def f(self, state):\n    return state.replace(model=None)\n"
+    assert not _is_no_op(ast.parse(source).body[0])
+
+
+def test_each_model_kind_has_the_capabilities_it_claims():
+    from compressor.backends.base import (Backend, Distilling, LayerSelection, Pruning,
+                                          UserLoopBackend)
+    from compressor.backends.keras import KerasBackend
+    from compressor.backends.onnx import OnnxBackend
+    from compressor.backends.torch import TorchBackend
+
+    io = [name for name, member in vars(Backend).items()
+          if inspect.isfunction(member) and not name.startswith("_")]
+    for backend in (KerasBackend(), TorchBackend(), OnnxBackend()):
+        assert [name for name in io if not callable(getattr(backend, name, None))] == []
+        assert set(backend.export_formats) <= {"tflite", "onnx"} and backend.export_formats
+    for backend in (KerasBackend(), TorchBackend()):
+        assert all(isinstance(backend, cap) for cap in (Pruning, Distilling, LayerSelection,
+                                                        UserLoopBackend))
+    onnx = OnnxBackend()
+    assert isinstance(onnx, LayerSelection) and onnx.export_formats == ("onnx",)
+    assert not any(isinstance(onnx, cap) for cap in (Pruning, Distilling, UserLoopBackend))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from distill_kits import KITS, kit_fixture
+from support.distill_kits import KITS, kit_fixture
 
 from compressor.context import ModelState
 from compressor.recipe import load_recipe

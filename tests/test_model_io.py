@@ -11,8 +11,8 @@ import pytest
 import compressor as cz
 from compressor.data import digits
 from compressor.recipe import load_recipe
-from compressor.runtimes import open_runtime
-from io_models import (bert_inputs, keras_two_inputs_dict_outputs, token_data,
+from compressor.runtimes import inspect_artifact, open_runtime
+from support.io_models import (bert_inputs, keras_two_inputs_dict_outputs, token_data,
                        torch_token_transformer, torch_tuple_outputs, torch_two_inputs_dict_outputs,
                        two_input_data)
 
@@ -35,10 +35,19 @@ def _check_artifacts(result, data, output: str | None, inputs: list[str]) -> Non
         chosen = outputs[output] if output else outputs
         accuracy = np.mean(np.argmax(chosen, axis=1) == data.val[1])
         assert accuracy > 0.85, (path.name, accuracy)
-        from compressor.runtimes import inspect_artifact
+        assert len(inspect_artifact(path).inputs) == len(inputs), path.name
+        assert _fed_names(path) == sorted(inputs), path.name
 
-        assert sorted(i["name"] for i in inspect_artifact(path).inputs) == sorted(inputs) or \
-            path.suffix == ".tflite"   # TFLite tensor names carry a signature prefix
+
+def _fed_names(path: Path) -> list[str]:
+    """The names an artifact's inputs are fed by: the ONNX graph's input names; for TFLite the
+    serving signature's input names (its tensor names carry a prefix: `serving_default_image:0`)."""
+    if path.suffix == ".tflite":
+        from ai_edge_litert.interpreter import Interpreter
+
+        (signature,) = Interpreter(model_path=str(path)).get_signature_list().values()
+        return sorted(signature["inputs"])
+    return sorted(i["name"] for i in inspect_artifact(path).inputs)
 
 
 @pytest.fixture(scope="module")
@@ -93,9 +102,9 @@ def test_hugging_face_bert_by_module_function(cli, tmp_path):
              **{f"x_val.{k}": v for k, v in val.items()})
     (tmp_path / "fidelity.yaml").write_text(
         "name: fp16_fidelity\nextends: fp16\nvalidate: {metric: fidelity, min_fidelity: 0.999}\n")
-    done = cli("--recipe", str(tmp_path / "fidelity.yaml"), "io_models:tiny_bert",
+    done = cli("--recipe", str(tmp_path / "fidelity.yaml"), "support.io_models:tiny_bert",
                "--data", str(tmp_path / "ids.npz"), "--out", str(tmp_path / "out"),
-               cwd=Path(__file__).parent)   # io_models is importable from there
+               cwd=Path(__file__).parent)   # tests/support is importable from there
     assert done.returncode == 0, done.stderr[-2000:]
     import json
 
@@ -107,7 +116,7 @@ def test_hugging_face_bert_by_module_function(cli, tmp_path):
     # int8: dynamic (attention, LayerNorm, embeddings), int8 weights in both formats
     (tmp_path / "int8.yaml").write_text(
         "name: int8_fidelity\nextends: int8\nvalidate: {metric: fidelity, min_fidelity: 0.98}\n")
-    done = cli("--recipe", str(tmp_path / "int8.yaml"), "io_models:tiny_bert",
+    done = cli("--recipe", str(tmp_path / "int8.yaml"), "support.io_models:tiny_bert",
                "--data", str(tmp_path / "ids.npz"), "--out", str(tmp_path / "int8"),
                cwd=Path(__file__).parent)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -14,7 +14,7 @@ import yaml
 
 from compressor.pipeline import compress
 from compressor.runtimes import inspect_artifact
-from models import BACKENDS, cli_args, saved_digits_model
+from support.models import BACKENDS, cli_args, saved_digits_model
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ from compressor import int8_mode
 from compressor.recipe import load_recipe
 from compressor.runtimes import inspect_artifact, open_runtime
 from compressor.validate import int8_weight_share
-from io_models import token_data, torch_lstm_classifier, torch_token_transformer
+from support.io_models import token_data, torch_lstm_classifier, torch_token_transformer
 
 pytestmark = pytest.mark.slow
 

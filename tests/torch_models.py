@@ -1,7 +1,12 @@
 """Tiny PyTorch models for tests, trained inside the tests (no downloaded weights).
 
-`torch_models:digits_cnn` is also a valid `module:function` model reference when the tests
-folder is on sys.path (pytest puts it there).
+`torch_models:digits_cnn` is also a valid `module:function` model reference when the
+tests folder is on sys.path (pytest puts it there).
+
+It stays at the top of tests/, not in tests/support/ with the other helpers: litert-torch
+writes each module's Python path into the TFLite tensor names, so a model class defined as
+`support.torch_models.DigitsCNN` made every TFLite file 144-176 bytes bigger than the size
+gates of the tests were set on (measured when the helpers moved).
 """
 from __future__ import annotations
 
@@ -69,7 +74,7 @@ def _conv_bn(cin: int, cout: int, kernel: int = 3, stride: int = 1, groups: int 
 
 
 class ResNetStyle(nn.Module):
-    """A tiny ResNet (as tests/keras_models.resnet_style): Conv+BN stem, an identity block and
+    """A tiny ResNet (as tests/support/keras_models.resnet_style): Conv+BN stem, an identity block and
     a strided block with a 1x1 projection shortcut, global pooling, linear head."""
 
     def __init__(self):
@@ -100,7 +105,7 @@ class InvertedResidual(nn.Module):
 
 
 class MobileNetV2Style(nn.Module):
-    """A tiny MobileNetV2 (as tests/keras_models.mobilenet_v2_style): inverted residual blocks
+    """A tiny MobileNetV2 (as tests/support/keras_models.mobilenet_v2_style): inverted residual blocks
     with depthwise convs, BN + ReLU6 and skip adds, global pooling, linear head."""
 
     def __init__(self):

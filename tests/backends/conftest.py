@@ -1,13 +1,13 @@
 """Fixtures of the backend-agnostic suite, parametrized over the keras and torch kits
-(tests/backend_kits.py). Expensive work (training, QAT, conversions) happens once per backend
+(tests/support/backend_kits.py). Expensive work (training, QAT, conversions) happens once per backend
 for the whole folder."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from artifact_checks import export_both, score
-from backend_kits import KITS
+from support.artifact_checks import export_both, score
+from support.backend_kits import KITS
 
 from compressor.context import Data, ModelState
 from compressor.steps import PrecisionConfig, PruneConfig, QuantizeConfig

@@ -9,8 +9,8 @@ import sys
 
 import numpy as np
 import pytest
-from artifact_checks import accuracy, io_dtypes, kernels, run, score, size
-from backend_kits import KITS
+from support.artifact_checks import accuracy, io_dtypes, kernels, run, score, size
+from support.backend_kits import KITS
 
 from compressor.context import Data, ModelState
 from compressor.errors import DataError

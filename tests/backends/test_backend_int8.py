@@ -3,9 +3,11 @@ int8 I/O, a BatchNorm + skip model; every number read back from the exported fil
 by running it in LiteRT / onnxruntime."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
-from artifact_checks import (FLOAT_KERNEL_OPS, INT8_KERNEL_OPS, accuracy, agreement, export_both,
+from support.artifact_checks import (FLOAT_KERNEL_OPS, INT8_KERNEL_OPS, accuracy, agreement, export_both,
                              io_dtypes, kernels, onnxruntime_graph, run, score, size,
                              zero_fraction)
 
@@ -66,7 +68,8 @@ def test_int8_artifacts_have_float_io_and_int8_tflite_kernels(int8_prune30, kit)
 def test_qat_with_int8_io(backend, int8_prune30_state, ctx, tmp_path, float_accuracy, data):
     qat = int8_prune30_state.last(QuantizeConfig)
     state = int8_prune30_state.replace(
-        steps=(*int8_prune30_state.steps[:-1], qat.model_copy(update={"io_dtype": "int8"})))
+        steps=(*int8_prune30_state.steps[:-1], qat.model_copy(update={"io_dtype": "int8"})),
+        scheme=dataclasses.replace(int8_prune30_state.scheme, io_dtype="int8"))
     path = backend.export(state, "tflite", tmp_path / "io8.tflite", ctx)
     assert io_dtypes(path) == ["int8", "int8"]
     assert float_accuracy - accuracy(path, data) <= 0.01

@@ -8,7 +8,7 @@ import hashlib
 import json
 from pathlib import Path
 
-import helpers
+from support import helpers
 import numpy as np
 import onnx
 import pytest
@@ -188,13 +188,14 @@ def test_float_layers_stay_float16_and_dynamic_quantizes_weights(backend, loaded
     ctx = helpers.context(data, tmp_path / "work")
     head = backend.quantizable_layers(ModelState(model=loaded))[-1]
     ptq = QuantizeConfig(mode="ptq", calibration_samples=64, fallback_dtype="float16")
-    state = ModelState(model=backend.clone(loaded), float_layers=(head,)).after(ptq)
+    state = helpers.apply(backend, ModelState(model=backend.clone(loaded), float_layers=(head,)),
+                          ptq, ctx)
     path = backend.export(state, "onnx", tmp_path / "mixed.onnx", ctx)
     kernels = [w for w in inspect_artifact(path).weights if w.is_kernel]
     assert sorted(w.dtype for w in kernels) == ["float16", "int8", "int8", "int8"]
     assert accuracy(open_runtime(path).predict(data.val[0]), data.val[1]) >= float_accuracy - 0.01
 
-    dynamic = ModelState(model=loaded).after(QuantizeConfig(mode="dynamic"))
+    dynamic = helpers.apply(backend, ModelState(model=loaded), QuantizeConfig(mode="dynamic"), ctx)
     path = backend.export(dynamic, "onnx", tmp_path / "dynamic.onnx", ctx)
     assert {w.dtype for w in inspect_artifact(path).weights if w.is_kernel} == {"int8"}
 
@@ -203,10 +204,10 @@ def test_training_steps_are_refused_by_the_backend_too(backend, untrained_file, 
     loaded = backend.load(str(untrained_file))
     ctx = helpers.context(data, tmp_path / "work")
     with pytest.raises(RecipeError, match="does not train: step 1 `quantize` \\(mode qat\\)"):
-        backend.quantize(ModelState(model=loaded), QuantizeConfig(mode="qat"), ctx)
+        helpers.apply(backend, ModelState(model=loaded), QuantizeConfig(mode="qat"), ctx)
     with pytest.raises(RecipeError, match="cannot write tflite"):
-        backend.export(ModelState(model=loaded).after(PrecisionConfig()), "tflite",
-                       tmp_path / "m.tflite", ctx)
+        backend.export(helpers.apply(backend, ModelState(model=loaded), PrecisionConfig(), ctx),
+                       "tflite", tmp_path / "m.tflite", ctx)
 
 
 def test_external_data_outside_the_model_folder_is_refused(backend, untrained_file, tmp_path):
@@ -230,11 +231,11 @@ def test_external_data_outside_the_model_folder_is_refused(backend, untrained_fi
 def test_both_post_training_backends_implement_the_backend_protocol():
     import inspect
 
-    from compressor.backends.base import Backend
+    from compressor.backends.base import Backend, UserLoopBackend
     from compressor.backends.saved_model import SavedModelBackend
 
     methods = [name for name, member in vars(Backend).items()
                if inspect.isfunction(member) and not name.startswith("_")]
     for backend in (OnnxBackend, SavedModelBackend):
         assert [name for name in methods if not callable(getattr(backend, name, None))] == []
-        assert backend.trains is False and "onnx" in backend.export_formats
+        assert not isinstance(backend(), UserLoopBackend) and "onnx" in backend().export_formats

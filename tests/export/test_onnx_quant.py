@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from artifact_checks import onnxruntime_graph
+from support.artifact_checks import onnxruntime_graph
 import pytest
 
 from compressor.export.onnx_quant import (calibration_batches, quantize_onnx_dynamic,

@@ -1,8 +1,8 @@
-"""The kit (tests/backend_kits.py) of each framework, for the pass suites that run per backend."""
+"""The kit (tests/support/backend_kits.py) of each framework, for the pass suites that run per backend."""
 from __future__ import annotations
 
 import pytest
-from backend_kits import KITS
+from support.backend_kits import KITS
 
 
 @pytest.fixture(scope="module", params=sorted(KITS))

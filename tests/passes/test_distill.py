@@ -2,7 +2,7 @@
 loop (aligned teacher logits, pruning and QAT guided by the teacher), the teacher checks, and
 the acceptance numbers measured on digits.
 
-One suite, parametrized over the keras and torch kits of tests/distill_kits.py. Teachers and
+One suite, parametrized over the keras and torch kits of tests/support/distill_kits.py. Teachers and
 the int8_prune30_kd runs are built once per backend (module-scoped fixtures).
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 
 import numpy as np
 import pytest
-from distill_kits import KITS, kit_fixture
+from support.distill_kits import KITS, kit_fixture
 
 import compressor as cz
 from compressor.context import Data, ModelState

@@ -1,4 +1,4 @@
-"""quantize fallback: auto on real models, both backends (kits in tests/backend_kits.py).
+"""quantize fallback: auto on real models, both backends (kits in tests/support/backend_kits.py).
 
 The model's `bottleneck` dense layer reads one input unit that is always zero (a dead ReLU
 unit of the layer before); its weights from that unit are 500x the largest real weight, in
@@ -9,11 +9,12 @@ must find that layer and keep it float, in every format, read back from the file
 from __future__ import annotations
 
 import pytest
-from artifact_checks import accuracy, export_both, kernel_dtypes
+from support.artifact_checks import accuracy, export_both, kernel_dtypes
 
 from compressor.context import ModelState
 from compressor.errors import AccuracyGateError
 from compressor.pipeline import compress
+from compressor.schemes import Int8Static, apply_scheme
 from compressor.steps import QuantizeConfig
 
 slow = pytest.mark.slow
@@ -82,8 +83,8 @@ def test_fallback_layers_keep_their_dtype_in_every_format(runs, dtype):
     kit, ctx = runs["kit"], runs["ctx"]
     floats = tuple(runs["mixed"].report["fallback"]["float_layers"])
     config = QuantizeConfig(mode="ptq", fallback="auto", fallback_dtype=dtype)
-    state = kit.backend.quantize(ModelState(model=runs["model"], float_layers=floats),
-                                 config, ctx).after(config)
+    state = apply_scheme(kit.backend, ModelState(model=runs["model"], float_layers=floats),
+                         Int8Static.from_step(config), ctx).after(config)
     artifacts = export_both(kit.backend, state, ctx, runs["folder"] / f"float_layers_{dtype}")
     baseline = runs["mixed"].report["baseline"]["value"]
     for fmt, path in artifacts.items():

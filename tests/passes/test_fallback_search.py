@@ -2,9 +2,11 @@
 float layers is known, so evaluation counts, rankings and the report are exact."""
 from __future__ import annotations
 
+import dataclasses
+
 from pathlib import Path
 
-import helpers
+from support import helpers
 import numpy as np
 import pytest
 
@@ -73,14 +75,14 @@ def _run(ctx, backend=None, **config):
     return helpers.apply(backend or FakeBackend(), ModelState(model="m"), step, ctx)
 
 
-def _result(state):
-    (section,) = [s for s in state.sections if s.key == "fallback"]
+def _result(ctx):
+    (section,) = [s for s in ctx.record.sections if s.key == "fallback"]
     return section
 
 
 def test_search_ranks_layers_and_adds_them_until_the_gate_passes(fake):
     state = _run(fake, max_float_layers=3)
-    result = _result(state)
+    result = _result(fake)
     assert [r.layer for r in result.ranking] == ["bottleneck", "hidden", "logits", "conv"]
     assert result.ranking[0].sensitivity == pytest.approx(0.10)
     # bottleneck alone leaves a 0.017 drop; with hidden, 0.002 passes the 0.01 budget.
@@ -96,19 +98,20 @@ def test_search_ranks_layers_and_adds_them_until_the_gate_passes(fake):
 def test_search_stops_at_max_float_layers_with_the_closest_result(fake):
     state = _run(fake, max_float_layers=1)
     assert state.float_layers == ("bottleneck",)
-    assert not _result(state).chosen.passed
-    assert _result(state).evaluations == 1 + len(LAYERS)
+    assert not _result(fake).chosen.passed
+    assert _result(fake).evaluations == 1 + len(LAYERS)
 
 
 def test_no_search_when_full_int8_passes(fake):
-    fake.baseline_value = fake_accuracy(())       # int8 loses nothing against this baseline
+    fake = dataclasses.replace(fake, baseline_value=fake_accuracy(()))   # int8 loses nothing
     state = _run(fake, backend=FakeBackend(layers=("conv",)))
     assert state.float_layers == ()
-    assert _result(state).evaluations == 1 and _result(state).ranking == ()
+    assert _result(fake).evaluations == 1 and _result(fake).ranking == ()
 
 
 def test_fallback_report_and_markdown(fake):
-    report = _result(_run(fake)).report({})
+    _run(fake)
+    report = _result(fake).report({})
     assert report["ranking"][0] == {"layer": "bottleneck", "sensitivity": 0.1,
                                     "fidelity_gain": 0.1, "size_cost_bytes": 100}
     assert report["float_layers"] == ["bottleneck", "hidden"] and report["evaluations"] == 6
@@ -125,6 +128,6 @@ def test_fallback_refuses_qat_and_runs_without_a_gate(fake):
     with pytest.raises(RecipeError, match="mode: ptq"):
         helpers.apply(FakeBackend(), ModelState(model="m"),
                       QuantizeConfig(mode="qat", fallback="auto"), fake)
-    fake.validation = None
+    fake = dataclasses.replace(fake, validation=None)
     with pytest.raises(RecipeError, match="accuracy gate"):
         _run(fake)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from distill_kits import KITS
+from support.distill_kits import KITS
 
 import compressor as cz
 from compressor.backends.feature_pairs import needs_projection, resolve_layer

@@ -2,16 +2,18 @@
 the backend) records each step it applied in the state."""
 from __future__ import annotations
 
-import helpers
+from support import helpers
 import pytest
 
 from compressor.context import ModelState
 from compressor.errors import BackendUnavailableError, RecipeError
+from compressor.schemes import Float16, Int8Qat, Scheme, apply_handler
 from compressor.steps import PrecisionConfig, PruneConfig, QuantizeConfig
 
 
 class RecordingBackend:
-    """Stands in for a framework: records the calls that got past the rules."""
+    """Stands in for a framework: records the calls that got past the rules (backend methods
+    by name; the schemes its apply handler was asked for by scheme name)."""
 
     name = "recording"
 
@@ -20,6 +22,12 @@ class RecordingBackend:
 
     def __getattr__(self, method):
         return lambda state, config, ctx: self.calls.append(method) or state
+
+
+@apply_handler(Scheme, "recording")
+def _record_scheme(backend, state, scheme, ctx):
+    backend.calls.append(scheme.name)
+    return state
 
 
 @pytest.fixture
@@ -59,6 +67,7 @@ def test_allowed_orders_reach_the_backend_and_are_recorded(backend, ctx):
     state = helpers.apply(backend, ModelState(model=None), prune, ctx)
     state = helpers.apply(backend, state, qat, ctx)
     halved = helpers.apply(backend, ModelState(model=None), PrecisionConfig(), ctx)
-    assert backend.calls == ["prune", "quantize", "to_precision"]
+    assert backend.calls == ["prune", "qat", "float16"]
     assert state.steps == (prune, qat) and state.last(PruneConfig) is prune
+    assert isinstance(state.scheme, Int8Qat) and halved.scheme == Float16()
     assert state.last(PrecisionConfig) is None and halved.last(PrecisionConfig) == PrecisionConfig()

@@ -1,18 +1,19 @@
 """precision pass: float16 artifacts (TFLite, ONNX) with float32 I/O, `exclude`d layers kept in
-float32, and bfloat16 refused per format with the reason; both backends (tests/backend_kits.py).
+float32, and bfloat16 refused per format with the reason; both backends (tests/support/backend_kits.py).
 Every number is read back from the artifact files or measured in LiteRT / onnxruntime."""
 from __future__ import annotations
 
-import helpers
+from support import helpers
 import numpy as np
 import pytest
-from artifact_checks import export_both, kernel_dtypes, run
+from support.artifact_checks import export_both, kernel_dtypes, run
 
 from compressor.context import ModelState
 from compressor.errors import BackendUnavailableError, RecipeError
 from compressor.pipeline import compress
 from compressor.recipe import recipe_from_dict
 from compressor.runtimes import inspect_artifact
+from compressor.schemes import Float16
 from compressor.steps import PrecisionConfig
 
 slow = pytest.mark.slow
@@ -99,7 +100,7 @@ def test_excluded_layer_stays_float32(runs):
 def test_exclude_is_refused_when_it_names_nothing_or_the_format_cannot(runs, tmp_path, fmt):
     kit, ctx = runs["kit"], runs["ctx"]
     step = PrecisionConfig(exclude=("no_such*",))
-    state = ModelState(model=runs["model"], steps=(step,))
+    state = ModelState(model=runs["model"], steps=(step,), scheme=Float16.from_step(step))
     if fmt in EXCLUDE_FORMATS[kit.name]:
         expected = pytest.raises(RecipeError, match="no_such")
     else:

@@ -8,6 +8,8 @@ recipes that extend the built-ins with fewer fine-tuning epochs (`channels50`: 5
 6; `int8_channels50`: 5 + 1 QAT epoch instead of 6 + 2), under the built-ins' gates."""
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 
@@ -19,7 +21,7 @@ from compressor.errors import RecipeError
 from compressor.recipe import recipe_from_dict
 from compressor.steps import PruneConfig
 
-import helpers
+from support import helpers
 
 FRAMEWORKS = ("keras", "torch")
 NETS = ("resnet_style", "mobilenet_v2_style")
@@ -36,7 +38,7 @@ TEST_RECIPES = {   # the built-ins' steps, gates and exports, fewer epochs
 
 def build(framework: str, net: str):
     if framework == "keras":
-        import keras_models as km
+        from support import keras_models as km
 
         return getattr(km, net)()
     import torch
@@ -47,7 +49,7 @@ def build(framework: str, net: str):
 
 
 def train(framework: str, model, data):
-    module = __import__("keras_models" if framework == "keras" else "torch_models")
+    module = importlib.import_module("support.keras_models" if framework == "keras" else "torch_models")
     return module.train(model, data, epochs=TRAIN_EPOCHS)
 
 
@@ -119,13 +121,13 @@ def test_removing_dead_channels_keeps_the_outputs(framework, tmp_path):
     backend = get_backend(framework)
     data = digits(backend.image_layout)
     model = _with_dead_channels(framework)
+    ctx = helpers.context(data, tmp_path)
     state = helpers.apply(backend, ModelState(model),
-                          PruneConfig(sparsity=0.5, structure="channel", epochs=0),
-                          helpers.context(data, tmp_path))
+                          PruneConfig(sparsity=0.5, structure="channel", epochs=0), ctx)
     x = data.val[0][:64]
     np.testing.assert_allclose(backend.predict(state.model, x), backend.predict(model, x),
                                rtol=1e-4, atol=1e-4)
-    report = state.sections[0].report({})
+    report = ctx.record.sections[0].report({})
     assert report["model_after"]["params"] < 0.4 * report["model_before"]["params"]
 
 
@@ -133,10 +135,10 @@ def test_target_macs_sets_one_ratio_for_a_mac_budget(framework, tmp_path):
     """The ratio search on an untrained plain CNN: MACs depend on the shapes only."""
     backend = get_backend(framework)
     data = digits(backend.image_layout)
-    state = helpers.apply(backend, ModelState(_digits_cnn(framework)),
-                          PruneConfig(target_macs=0.4, structure="channel", epochs=0),
-                          helpers.context(data, tmp_path))
-    report = state.sections[0].report({})
+    ctx = helpers.context(data, tmp_path)
+    helpers.apply(backend, ModelState(_digits_cnn(framework)),
+                  PruneConfig(target_macs=0.4, structure="channel", epochs=0), ctx)
+    report = ctx.record.sections[0].report({})
     assert report["model_after"]["macs"] <= 0.4 * report["model_before"]["macs"]
     assert report["model_after"]["macs"] > 0.3 * report["model_before"]["macs"]   # not overdone
     assert 0.2 < report["ratio"] < 0.6 and report["target_macs"] == 0.4
@@ -186,10 +188,10 @@ def test_a_custom_layer_leaves_its_group_whole(framework, tmp_path):
     backend = get_backend(framework)
     data = digits(backend.image_layout)
     model, custom_reader = _with_custom_layer(framework)
+    ctx = helpers.context(data, tmp_path)
     state = helpers.apply(backend, ModelState(model),
-                          PruneConfig(sparsity=0.5, structure="channel", epochs=0),
-                          helpers.context(data, tmp_path))
-    kept = state.sections[0].report({})["kept_whole"]
+                          PruneConfig(sparsity=0.5, structure="channel", epochs=0), ctx)
+    kept = ctx.record.sections[0].report({})["kept_whole"]
     reasons = {layer: entry["reason"] for entry in kept for layer in entry["layers"]}
     assert "custom" in reasons.get(custom_reader, "") or "not pruned" in reasons.get(
         custom_reader, ""), kept
@@ -210,7 +212,7 @@ def _load(step: dict):
 
 
 def _digits_cnn(framework: str):
-    module = __import__("keras_models" if framework == "keras" else "torch_models")
+    module = importlib.import_module("support.keras_models" if framework == "keras" else "torch_models")
     model = module.digits_cnn()
     return model if framework == "keras" else model.eval()
 
@@ -238,7 +240,7 @@ def _with_dead_channels(framework: str):
 def _with_custom_layer(framework: str):
     """A CNN whose first conv feeds a custom per-channel scale layer: (model, that conv's name)."""
     if framework == "keras":
-        import keras_models as km
+        from support import keras_models as km
 
         keras = km.tf_keras()
 

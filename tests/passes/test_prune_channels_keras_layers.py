@@ -7,7 +7,7 @@ without fine-tuning); the token encoder goes through a short `channels50` into a
 whose weights, MACs and accuracy are read back."""
 from __future__ import annotations
 
-import keras_models as km
+from support import keras_models as km
 import numpy as np
 import pytest
 
@@ -18,7 +18,7 @@ from compressor.data import digits
 from compressor.runtimes import inspect_artifact
 from compressor.steps import PruneConfig
 
-import helpers
+from support import helpers
 
 PRUNE = "  - pass: prune\n    structure: channel\n    sparsity: 0.50\n    epochs: 1\n    lr: 0.003\n"
 CHANNELS50 = "extends: channels50\nname: channels50_test\nsteps:\n" + PRUNE
@@ -49,9 +49,12 @@ def _exported(model, data, path):
 
 def _pruned(model, data, tmp_path, **options):
     options = {"sparsity": 0.5, **options}
-    return helpers.apply(get_backend("keras"), ModelState(model),
-                         PruneConfig(structure="channel", epochs=0, **options),
-                         helpers.context(data, tmp_path))
+    ctx = helpers.context(data, tmp_path)
+    state = helpers.apply(get_backend("keras"), ModelState(model),
+                          PruneConfig(structure="channel", epochs=0, **options),
+                          ctx)
+    (section,) = ctx.record.sections   # channel_pruning
+    return state, section
 
 
 @pytest.mark.slow
@@ -112,11 +115,11 @@ def test_dead_heads_and_feed_forward_units_are_removed_exactly(tokens, tmp_path)
     kernel[:, ::2], bias[::2] = 0.0, 0.0
     hidden.set_weights([kernel, bias])
 
-    state = _pruned(model, tokens, tmp_path)
+    state, section = _pruned(model, tokens, tmp_path)
     x = tokens.val[0][:64]
     np.testing.assert_allclose(state.model.predict(x, verbose=0), model.predict(x, verbose=0),
                                rtol=1e-5, atol=1e-5)
-    report = state.sections[0].report({})
+    report = section.report({})
     assert report["attention_heads"] == [
         {"layer": attention.name, "before": 2, "after": 1}]
     assert state.model.get_layer(hidden.name).get_config()["units"] == 32
@@ -139,7 +142,7 @@ def test_separable_prelu_and_layernorm_are_sliced_exactly(tmp_path):
         elif type(layer).__name__ in ("PReLU", "LayerNormalization"):
             weights = [np.random.default_rng(1).uniform(0.1, 2.0, w.shape) for w in weights]
         layer.set_weights(weights)
-    state = _pruned(model, data, tmp_path)
+    state, section = _pruned(model, data, tmp_path)
     pruned = state.model
     x = data.val[0][:64]
     kept = np.arange(1, 32, 2)
@@ -161,15 +164,15 @@ def test_separable_prelu_and_layernorm_are_sliced_exactly(tmp_path):
                                normed @ logits_kernel[kept] + logits_bias, atol=1e-4)
     # separable MACs (depthwise + pointwise per position) as the TFLite read-back counts them
     assert _exported(pruned, data, tmp_path / "pruned.tflite").macs == \
-        state.sections[0].report({})["model_after"]["macs"]
+        section.report({})["model_after"]["macs"]
 
 
 def test_macs_count_the_attention_projections_as_the_artifact_does(tokens, tmp_path):
     """keras_macs (what target_macs searches on) equals the TFLite read-back before and after
     head pruning, and a MAC budget of 0.8 removes one of four heads."""
     model = _attention_net()
-    state = _pruned(model, tokens, tmp_path, sparsity=None, target_macs=0.8)
-    report = state.sections[0].report({})
+    state, section = _pruned(model, tokens, tmp_path, sparsity=None, target_macs=0.8)
+    report = section.report({})
     assert report["attention_heads"] == [{"layer": "attention", "before": 4, "after": 3}]
     assert report["model_after"]["macs"] <= 0.8 * report["model_before"]["macs"]
     assert _exported(model, tokens, tmp_path / "a.tflite").macs == report["model_before"]["macs"]

@@ -13,8 +13,8 @@ from compressor.context import ModelState
 from compressor.data import digits
 from compressor.steps import PruneConfig
 
-import helpers
-from io_models import bert_inputs, tiny_bert, token_data
+from support import helpers
+from support.io_models import bert_inputs, tiny_bert, token_data
 
 CHANNELS50 = ("extends: channels50\nname: channels50_test\nsteps:\n  - pass: prune\n"
               "    structure: channel\n    sparsity: 0.5\n    epochs: 4\n    lr: 0.003\n")
@@ -22,8 +22,11 @@ CHANNELS50 = ("extends: channels50\nname: channels50_test\nsteps:\n  - pass: pru
 
 def _pruned(model, data, tmp_path, **options):
     options = {"sparsity": 0.5, "structure": "channel", "epochs": 0, **options}
-    return helpers.apply(get_backend("torch"), ModelState(model), PruneConfig(**options),
-                         helpers.context(data, tmp_path))
+    ctx = helpers.context(data, tmp_path)
+    state = helpers.apply(get_backend("torch"), ModelState(model), PruneConfig(**options),
+                          ctx)
+    (section,) = ctx.record.sections   # channel_pruning
+    return state, section
 
 
 def _bert_data():
@@ -62,12 +65,12 @@ def test_dead_heads_and_hidden_units_are_removed_exactly(tmp_path):
     model = _with_dead_heads(tiny_bert())
     inputs = bert_inputs(8, seed=2)
     before = _outputs(model, inputs)
-    state = _pruned(model, _bert_data(), tmp_path)
+    state, section = _pruned(model, _bert_data(), tmp_path)
     after = _outputs(state.model, inputs)
     for old, new in zip(before, after):
         assert new.shape == old.shape
         np.testing.assert_allclose(new, old, atol=1e-5)
-    report = state.sections[0].report({})
+    report = section.report({})
     assert report["attention_heads"] == [
         {"layer": f"encoder.layer.{i}.attention.self", "before": 2, "after": 1} for i in (0, 1)]
     for layer in state.model.encoder.layer:
@@ -98,8 +101,8 @@ def test_a_module_that_makes_an_output_keeps_its_channels(tmp_path):
 
     torch.manual_seed(0)
     data = digits("NCHW")
-    state = _pruned(FeaturesAndLogits().eval(), data, tmp_path)
-    kept = {name for entry in state.sections[0].report({})["kept_whole"] for name in entry["layers"]}
+    state, section = _pruned(FeaturesAndLogits().eval(), data, tmp_path)
+    kept = {name for entry in section.report({})["kept_whole"] for name in entry["layers"]}
     assert kept == {"head", "conv_a"}
     assert state.model.conv_a.out_channels == 16 and state.model.conv_b.out_channels == 16
     logits, features = state.model(torch.as_tensor(data.val[0][:4]))
@@ -113,7 +116,7 @@ def test_channels50_on_a_bert_classifier_exports_the_smaller_model(tmp_path):
     import torch
     from transformers import BertConfig, BertForSequenceClassification
 
-    from io_models import _torch_trained
+    from support.io_models import _torch_trained
 
     torch.manual_seed(0)
     config = BertConfig(vocab_size=20, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import textwrap
 
-import helpers
+from support import helpers
 import numpy as np
 import pytest
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import helpers
+from support import helpers
 import numpy as np
 import pytest
 import torch

@@ -39,7 +39,7 @@ def run(data: Data, tmp_path, **config):
     # defaults to the from-scratch rate instead).
     config = TrainingConfig(**config)
     model = fine_tune(mlp(), config, ctx, "fine-tuning")
-    return model, config, ctx.training_history[0]
+    return model, config, ctx.record.histories[0]
 
 
 def val_accuracy(model: torch.nn.Module, data: Data) -> float:

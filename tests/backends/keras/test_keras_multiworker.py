@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from process_sockets import LOOPBACK, WILDCARD, run_watching_sockets
+from support.process_sockets import LOOPBACK, WILDCARD, run_watching_sockets
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 TRAIN_ROWS = 384   # 12 steps of 32 per epoch: the runs stay short, the accuracy stays ~0.97
 
 # `compress ARGS` as the CLI runs it, spied on: the digest of the weights each rank ends its

@@ -1,7 +1,7 @@
 """tf_keras Functional nets trained from scratch to high accuracy on digits, for the
 pretrained fine-tuning acceptance test (tests/test_pretrained_finetune_keras.py).
 
-The ResNet- and MobileNetV2-style builders are tests/keras_models' (BatchNorm, skip Adds,
+The ResNet- and MobileNetV2-style builders are tests/support/keras_models' (BatchNorm, skip Adds,
 depthwise convs, ReLU6); the MLP is here. Importing this module does not import TensorFlow.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import keras_models as km
+from support import keras_models as km
 
 from compressor.context import Data
 

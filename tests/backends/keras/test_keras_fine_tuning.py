@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import helpers
-import keras_models as km
+from support import helpers
+from support import keras_models as km
 from compressor.backends.fine_tuning import lr_at
 from compressor.context import Data, ModelState
 from compressor.data import digits
@@ -72,7 +72,7 @@ def qat(setup, config, callbacks=()):
     trained = fine_tune(lambda: _with_fake_quant(clone_keras_model(model), False), model,
                         config, context, "qat", callbacks=callbacks,
                         freeze_bn_after=config.freeze_bn_after)
-    return trained, context.training_history[-1]
+    return trained, context.record.histories[-1]
 
 
 def val_accuracy(model, data):
@@ -132,7 +132,7 @@ def test_pruning_keeps_an_epoch_at_full_sparsity(setup):
     context = ctx(data)
     # 3 epochs: sparsity ramps over the first two; only epochs 2 and 3 may be kept.
     pruned = pruned_model(ModelState(model), PruneConfig(sparsity=0.5, epochs=3), context)
-    history = context.training_history[-1]
+    history = context.record.histories[-1]
     assert history.step == "pruning to 50%" and len(history.epochs) == 3
     assert history.best_epoch in (2, 3)
     kernels = [w for w in pruned.get_weights() if w.ndim >= 2]

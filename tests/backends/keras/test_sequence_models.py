@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import keras_models as km
+from support import keras_models as km
 import numpy as np
 import pytest
 
@@ -150,7 +150,7 @@ def test_variable_length_sequences_name_the_fix():
 
 def test_converter_failure_is_one_line_with_the_full_text_in_the_log(tmp_path):
     """An op TFLite has no kernel for (SVD): one line naming the op and the log file."""
-    import helpers
+    from support import helpers
 
     from compressor.backends.keras import KerasBackend
     from compressor.context import ModelState

@@ -14,7 +14,7 @@ import pytest
 import compressor as cz
 from compressor.data import digits
 
-import pretrained_nets_keras as pn
+from support import pretrained_nets_keras as pn
 
 pytest.importorskip("tensorflow_model_optimization")
 

@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-import helpers
+from support import helpers
 import numpy as np
 
 from compressor.backends import examples, get_backend

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from models import TORCH_BUILDER
-from process_sockets import LOOPBACK, WILDCARD, run_watching_sockets
+from support.models import TORCH_BUILDER
+from support.process_sockets import LOOPBACK, WILDCARD, run_watching_sockets
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 
 RANK_SCRIPT = textwrap.dedent('''
     import json, sys

@@ -5,7 +5,7 @@ and cosine decay, the best epoch kept, BatchNorm statistics frozen in QAT).
 Three nets, each trained from scratch here on the real digits split (1347 train / 450 val)
 to high val accuracy: a ResNet-style net (BatchNorm, skip Adds, strided projections), a
 MobileNetV2-style net (depthwise convs, BatchNorm, inverted residuals) and a small
-transformer encoder (tests/pretrained_nets_torch.py). With the old defaults (Adam at a
+transformer encoder (tests/support/pretrained_nets_torch.py). With the old defaults (Adam at a
 constant 1e-3) the ResNet lost 2.2 pt under int8_prune30 and the MobileNetV2 3.8 pt under
 int8_qat (ONNX, seed 0); narrower nets kept <= 1 pt even then. Only the ONNX artifact is
 exported (the quicker export; TFLite takes the same trained graph). Wall time: ~6 min on
@@ -19,7 +19,7 @@ import torch
 import compressor as cz
 from compressor.data import digits
 
-import pretrained_nets_torch as nets
+from support import pretrained_nets_torch as nets
 import torch_models as tm
 
 pytestmark = pytest.mark.slow

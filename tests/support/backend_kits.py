@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import helpers
+from support import helpers
 import numpy as np
 
 from compressor.backends import get_backend
@@ -87,12 +87,12 @@ class KerasKit(Kit):
                        "compressor.quiet")
 
     def trained_cnn(self) -> Any:
-        import keras_models as km
+        from support import keras_models as km
 
         return km.train(km.digits_cnn(), self.data)
 
     def bn_skip_model(self) -> tuple[Any, Data]:
-        import keras_models as km
+        from support import keras_models as km
 
         small = self.small(512)
         return km.train(km.digits_functional(), small, epochs=2), small
@@ -107,7 +107,7 @@ class KerasKit(Kit):
         return int(model.count_params())
 
     def outlier_model(self) -> Any:
-        import keras_models as km
+        from support import keras_models as km
 
         keras = km.tf_keras()
         keras.utils.set_random_seed(0)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import helpers
-import keras_models as km
+from support import helpers
+from support import keras_models as km
 import numpy as np
 import pytest
 
@@ -138,7 +138,11 @@ def test_lambda_layers_need_trust_pickle(backend, tmp_path):
     model.save(path)
     with pytest.raises(ModelLoadError, match="--trust-pickle"):
         backend.load(path)
-    assert backend.load(path, trust_pickle=True) is not None
+    loaded = backend.load(path, trust_pickle=True)
+    assert [type(layer).__name__ for layer in loaded.layers] == \
+        [type(layer).__name__ for layer in model.layers] == ["Lambda"]
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_allclose(backend.predict(loaded, x), x * 2.0)   # the pickled function ran
 
 
 @slow

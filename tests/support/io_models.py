@@ -1,7 +1,7 @@
 """Models with several inputs, several outputs or integer token ids, in both frameworks,
 built and trained inside the tests (seconds on digits or a synthetic token task).
 
-`io_models:tiny_bert` is a `module:function` model reference (a random-init Hugging Face
+`support.io_models:tiny_bert` is a `module:function` model reference (a random-init Hugging Face
 BertModel: nothing is downloaded).
 """
 from __future__ import annotations
