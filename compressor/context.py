@@ -1,20 +1,24 @@
 """What passes and backends work with: the data (Data), the run (Context), and the model state
 the passes hand to each other (ModelState).
 
-Configs are immutable; everything that changes during a run lives in ModelState, which passes
-return anew. ModelState names no individual pass: it records the steps applied so far, and
-code asks it for the last step of a type (`state.last(QuantizeConfig)`).
+Configs are immutable; the model as it changes lives in ModelState, which passes return anew,
+and what a run measures goes to the append-only RunRecord (`ctx.record`) that only the report
+reads. ModelState names no individual pass: it records the steps applied so far (training
+code asks for the last step of a type, `state.last(DistillConfig)`), and the scheme the
+artifact is written in, which is all an exporter reads.
 """
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from compressor.run_record import RunRecord
+from compressor.schemes.base import Scheme
+from compressor.schemes.builtin import FLOAT32
 from compressor.steps import StepConfig
 from compressor.tensors import Arrays, TensorSpec
 
@@ -43,29 +47,21 @@ class Data:
         return self.val is not None and self.val[1] is not None
 
 
-class ReportSection(Protocol):
-    """Something a step found that report.json records under `key` (e.g. the int8 fallback
-    search), completed with facts read back from the finished artifacts."""
-
-    key: str
-
-    def report(self, artifacts: Mapping[str, Path]) -> dict[str, Any]: ...
-
-
 @dataclass(frozen=True)
 class ModelState:
     """The model as the passes leave it, and what export must still know about it.
 
-    `steps` are the recipe steps applied so far, in order: a ptq quantize step there means
-    export calibrates, a precision step asks for float16, a distill step keeps the teacher's
-    loss in later fine-tuning. `float_layers` names layers that int8 quantization and export
-    keep in float (quantize fallback); `sections` go into report.json.
+    `steps` are the recipe steps applied so far, in order (a distill step keeps the teacher's
+    loss in later fine-tuning; the order rules read them). `scheme` is how the artifact stores
+    its weights (set by the quantize / precision pass): the export handlers registered for it
+    write the file. `float_layers` names layers that int8 quantization and export keep in
+    float (quantize fallback).
     """
 
     model: Any
     steps: tuple[StepConfig, ...] = ()
     float_layers: tuple[str, ...] = ()
-    sections: tuple[ReportSection, ...] = ()
+    scheme: Scheme = FLOAT32
 
     def last(self, kind: type[S]) -> S | None:
         """The most recent applied step of this config type, or None."""
@@ -78,12 +74,9 @@ class ModelState:
         """This state with `step` recorded as applied."""
         return self.replace(steps=(*self.steps, step))
 
-    def with_section(self, section: ReportSection) -> ModelState:
-        kept = tuple(s for s in self.sections if s.key != section.key)
-        return self.replace(sections=(*kept, section))
 
 
-@dataclass
+@dataclass(frozen=True)
 class Context:
     """Everything a pass or a backend may touch besides the model: no globals, so sweeps can
     fan out. The accuracy-gate fields are set by a pipeline run (None outside one) for
@@ -102,4 +95,4 @@ class Context:
     inputs: tuple[TensorSpec, ...] = ()       # the original model's named inputs, in its order
     outputs: tuple[TensorSpec, ...] = ()      # ... and outputs: exporters keep these names
     output_index: int = 0                     # the output the metric and training losses read
-    training_history: list[Any] = field(default_factory=list)   # fine_tuning.TrainingHistory
+    record: RunRecord = field(default_factory=RunRecord)   # what the run measures (append-only)

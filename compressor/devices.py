@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from compressor.errors import CompressorError
-from compressor.registry import did_you_mean
+from compressor.errors import did_you_mean
 
 if TYPE_CHECKING:
     from compressor.runtimes import ArtifactInfo

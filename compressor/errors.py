@@ -5,6 +5,8 @@ escaping is a bug in compressor and is shown with a traceback.
 """
 from __future__ import annotations
 
+import difflib
+
 
 class CompressorError(Exception):
     """Base class: a problem the user can fix. `exit_code` is what the CLI exits with."""
@@ -73,3 +75,9 @@ def converter_failure(what: str, exc: BaseException, fix: str, log: object) -> s
     if len(reason) > room:
         reason = reason[:room - 3] + "..."
     return f"{what} failed: {reason}{tail}"[:MESSAGE_LIMIT]
+
+
+def did_you_mean(word: str, choices: list[str]) -> str:
+    """'; did you mean 'x'?' for the closest choice, or '' when nothing is close."""
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""

@@ -24,7 +24,7 @@ from compressor.recipe import Recipe
 from compressor.registry import get_pass
 from compressor.report import build_report, write_report
 from compressor.session import Session, open_session
-from compressor.steps import QuantizeConfig, StepConfig
+from compressor.steps import StepConfig
 from compressor.workspace import (check_output_path, make_staging_folder, output_lock, publish,
                                   removed_after)
 
@@ -61,8 +61,7 @@ def run_steps(session: Session, state: ModelState | None = None,
         session.ctx.progress.info(f"[{index + 1}/{len(session.recipe.steps)}] {step.kind}")
         started = time.perf_counter()
         state = get_pass(step.kind)(state, step, session.ctx, session.backend)
-        key = step.kind if step.kind not in session.timings else f"{step.kind}.{index}"
-        session.timings[key] = time.perf_counter() - started
+        session.record.add_timing(step.kind, time.perf_counter() - started, index)
     return state
 
 
@@ -72,12 +71,9 @@ def finish(session: Session, state: ModelState) -> Result:
     with removed_after(session.ctx.workdir):
         staging = make_staging_folder(session.out_dir)
         try:
-            artifacts, failed = _export_all(session, state, staging)
-            rows = _validate_all(session, artifacts)
-            report = build_report(session, rows, _judge(session, rows, state, failed))
-            report["failed_formats"] = failed
-            for section in state.sections:
-                report[section.key] = section.report(artifacts)
+            artifacts = _export_all(session, state, staging)
+            rows = _validate_all(session, state, artifacts)
+            report = build_report(session, rows, _judge(session, rows, state), artifacts)
             write_report(report, staging)
             published = publish(staging, session.out_dir)
         finally:
@@ -100,11 +96,11 @@ def compress(model: Any, recipe: str | Path | Recipe, data: Any = "digits", **op
 FORMAT_ERROR_CHARS = 300   # a failed format's error in report.json and on the console
 
 
-def _export_all(session: Session, state: ModelState,
-                staging: Path) -> tuple[dict[str, Path], list[dict[str, str]]]:
-    """Every format that can be produced, and the ones that could not (format, one-line
-    error, the converter's log kept under logs/ in --out). None produced: the first error."""
-    artifacts, failed, first_error = {}, [], None
+def _export_all(session: Session, state: ModelState, staging: Path) -> dict[str, Path]:
+    """Every format that can be produced; the ones that could not (format, one-line error,
+    the converter's log kept under logs/ in --out) go to the run record. None produced: the
+    first error."""
+    artifacts, first_error = {}, None
     for fmt in session.ctx.formats:
         started = time.perf_counter()
         session.ctx.progress.info(f"export {fmt}")
@@ -113,13 +109,14 @@ def _export_all(session: Session, state: ModelState,
                                             staging / f"model.{fmt}", session.ctx)
         except BackendUnavailableError as exc:
             first_error = first_error or exc
-            failed.append({"format": fmt, "error": first_line(exc, FORMAT_ERROR_CHARS),
-                           "logs": _kept_logs(session.ctx.workdir, staging)})
-            session.ctx.progress.info(f"warning: {fmt} not produced: {failed[-1]['error']}")
-        session.timings[f"export_{fmt}"] = time.perf_counter() - started
+            error = first_line(exc, FORMAT_ERROR_CHARS)
+            session.record.add_failed_format({"format": fmt, "error": error,
+                                              "logs": _kept_logs(session.ctx.workdir, staging)})
+            session.ctx.progress.info(f"warning: {fmt} not produced: {error}")
+        session.record.add_timing(f"export_{fmt}", time.perf_counter() - started)
     if not artifacts and first_error is not None:
         raise first_error
-    return artifacts, failed
+    return artifacts
 
 
 def _kept_logs(workdir: Path, staging: Path) -> str | None:
@@ -131,28 +128,37 @@ def _kept_logs(workdir: Path, staging: Path) -> str | None:
     return "logs/"
 
 
-def _validate_all(session: Session, artifacts: dict[str, Path]) -> list[dict[str, Any]]:
+def _validate_all(session: Session, state: ModelState,
+                  artifacts: dict[str, Path]) -> list[dict[str, Any]]:
+    from compressor.schemes import find_export
+
     rows = []
     started = time.perf_counter()
     ctx = session.ctx
-    for path in artifacts.values():
+    for fmt, path in artifacts.items():
         ctx.progress.info(f"validate {path.name} in its runtime")
-        rows.append(validate.evaluate_artifact(
+        row = validate.evaluate_artifact(
             path, ctx.data, ctx.reference_outputs, ctx.baseline_value, session.recipe.validation,
-            metric=ctx.metric, latency=session.measure_latency, threads=session.threads))
-    session.timings["validate"] = time.perf_counter() - started
+            metric=ctx.metric, latency=session.measure_latency, threads=session.threads,
+            weight_bits=state.scheme.weight_bits)
+        # which scheme, and which tool with which ranges, made this file
+        row["scheme"] = state.scheme.label
+        row["made_by"] = find_export(state.scheme, session.backend.name, fmt).made_by
+        rows.append(row)
+    session.record.add_timing("validate", time.perf_counter() - started)
     return rows
 
 
-def _judge(session: Session, rows: list[dict[str, Any]], state: ModelState,
-           failed: list[dict[str, str]]) -> dict[str, Any]:
-    """Apply the accuracy gate, the int8 weight share and the device budget to each artifact
-    (mutates rows' fits_target); formats not produced give exit 5 when all else passed."""
+def _judge(session: Session, rows: list[dict[str, Any]], state: ModelState) -> dict[str, Any]:
+    """Apply the accuracy gate, the scheme's weight share and the device budget to each
+    artifact (mutates rows' fits_target); formats not produced give exit 5 when all else
+    passed."""
+    failed = session.record.failed_formats
     validation = session.recipe.validation
     failures = [f"{row['path']} {validation.metric} drop {row['drop']:.4f} > {validation.max_drop}"
                 for row in rows if not validate.gate_passes(validation, row["metric_value"],
                                                             row["drop"])]
-    failures += _int8_share_failures(state, rows)
+    failures += _weight_share_failures(state, rows)
     gate_passed = not failures
     profile = None
     if session.target:
@@ -175,14 +181,14 @@ def _judge(session: Session, rows: list[dict[str, Any]], state: ModelState,
             "failures": failures, "exit_code": exit_code}
 
 
-
-def _int8_share_failures(state: ModelState, rows: list[dict[str, Any]]) -> list[str]:
-    """An int8 run's artifacts must hold >= 90% int8 weight bytes (unless the quantize
-    fallback kept layers float on purpose): a converter that left the weights float must not
-    pass as int8."""
-    if state.last(QuantizeConfig) is None or state.float_layers:
+def _weight_share_failures(state: ModelState, rows: list[dict[str, Any]]) -> list[str]:
+    """An integer scheme's artifacts must hold >= 90% of their weight bytes at the scheme's
+    bit width (unless the quantize fallback kept layers float on purpose): a converter that
+    left the weights float must not pass as int8 (or int4)."""
+    scheme = state.scheme
+    if not scheme.integer or state.float_layers:
         return []
-    return [f"{row['path']} holds only {row['int8_weight_share']:.0%} int8 weight bytes "
-            f"(< {validate.MIN_INT8_WEIGHT_SHARE:.0%}); largest float tensors: "
+    return [f"{row['path']} holds only {row['weight_share_at_bits']:.0%} {scheme.dtype} weight "
+            f"bytes (< {validate.MIN_WEIGHT_SHARE:.0%}); largest float tensors: "
             f"{', '.join(row['largest_float_weights'])}" for row in rows
-            if row["int8_weight_share"] < validate.MIN_INT8_WEIGHT_SHARE]
+            if row["weight_share_at_bits"] < validate.MIN_WEIGHT_SHARE]

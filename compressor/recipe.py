@@ -13,9 +13,9 @@ from typing import Annotated, Any, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from compressor.errors import RecipeError
-from compressor.registry import did_you_mean
-from compressor.steps import STEP_CONFIGS, ValidateConfig, step_kind
+from compressor.errors import RecipeError, did_you_mean
+from compressor.step_order import recipe_order_error
+from compressor.steps import STEP_CONFIGS, ValidateConfig, pass_names, step_kind
 
 # Union over a tuple of config classes; PEP 604 `|` cannot spell that.
 Step = Annotated[Union[STEP_CONFIGS], Field(discriminator="kind")]  # type: ignore[valid-type]  # noqa: UP007
@@ -46,21 +46,12 @@ class Recipe(BaseModel):
 
     @model_validator(mode="after")
     def _steps_fit_together(self) -> Recipe:
-        kinds = [step.kind for step in self.steps]
-        if kinds.count("quantize") > 1:
-            raise ValueError("has more than one quantize step; keep one (qat or ptq)")
-        if "quantize" in kinds and "precision" in kinds:
-            raise ValueError("mixes quantize and precision; for int8 with float layers use "
-                             "quantize with `fallback: auto`")
-        if "quantize" in kinds:
-            after = kinds[kinds.index("quantize") + 1:]
-            if "prune" in after:
-                raise ValueError("prunes after quantize; put the prune step before quantize")
-        sparsities = [step.sparsity for step in self.steps if step.kind == "prune"]
-        if any(later < earlier for earlier, later in zip(sparsities, sparsities[1:])):
-            raise ValueError(f"prunes to sparsity {sparsities} in turn; a later prune step with "
-                             "a lower sparsity would undo the earlier one: keep one prune step "
-                             "at the sparsity you want")
+        problem = recipe_order_error(self.steps)
+        if problem:
+            raise ValueError(problem)
+        for index, step in enumerate(self.steps):
+            if step.kind == "quantize":
+                _check_scheme(index, step)
         for step in self.steps:
             if step.kind == "precision" and step.dtype == "bfloat16" and "tflite" in self.export:
                 raise ValueError("asks for bfloat16 with tflite export; TFLite cannot store "
@@ -90,9 +81,14 @@ class Recipe(BaseModel):
         return hashlib.sha256(self.to_yaml().encode()).hexdigest()
 
 
-def pass_names() -> list[str]:
-    """The `pass:` names a recipe step may use."""
-    return sorted(step_kind(cls) for cls in STEP_CONFIGS)
+def _check_scheme(index: int, step: Any) -> None:
+    """A quantize step's mode and dtype must name a registered scheme (compressor.schemes)."""
+    from compressor.schemes import scheme_class
+
+    try:
+        scheme_class(step.mode, step.dtype)
+    except RecipeError as exc:
+        raise ValueError(f"steps.{index}: {exc}") from None
 
 
 # ---------------------------------------------------------------------------------- loading

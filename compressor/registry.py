@@ -5,12 +5,11 @@ fills the registry.
 """
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from compressor.errors import RecipeError
-from compressor.steps import StepConfig, step_kind
+from compressor.errors import RecipeError, did_you_mean
+from compressor.steps import StepConfig, pass_names, step_kind
 
 if TYPE_CHECKING:
     from compressor.backends.base import Backend
@@ -36,7 +35,8 @@ def register_pass(config_cls: type[StepConfig]) -> Callable[[F], F]:
     return decorate
 
 
-def pass_names() -> list[str]:
+def registered_passes() -> list[str]:
+    """The passes registered so far (`compressor.passes` registers one per step config)."""
     return sorted(_PASSES)
 
 
@@ -45,9 +45,3 @@ def get_pass(name: str) -> PassFn:
         raise RecipeError(f"unknown pass {name!r}{did_you_mean(name, pass_names())}; "
                           f"passes are: {', '.join(pass_names())}")
     return _PASSES[name][1]
-
-
-def did_you_mean(word: str, choices: list[str]) -> str:
-    """'; did you mean 'x'?' for the closest choice, or '' when nothing is close."""
-    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import platform
 from importlib import metadata
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,9 +29,12 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-def build_report(session: Session, rows: list[dict[str, Any]], verdict: dict[str, Any]) -> dict:
-    """report.json's content for validated artifact `rows` and the gate / budget `verdict`."""
+def build_report(session: Session, rows: list[dict[str, Any]], verdict: dict[str, Any],
+                 artifacts: Mapping[str, Path]) -> dict:
+    """report.json's content for validated artifact `rows` and the gate / budget `verdict`;
+    the run record (session.record) gives timings, histories, sections and notes."""
     recipe = session.recipe
+    record = session.record
     validation = recipe.validation
     report = {
         "recipe": {"name": recipe.name, "sha256": recipe.sha256()},
@@ -55,15 +59,15 @@ def build_report(session: Session, rows: list[dict[str, Any]], verdict: dict[str
         "passed": verdict["exit_code"] == 0,
         "exit_code": verdict["exit_code"],
         "failures": verdict["failures"],
-        "timings_s": {k: round(v, 3) for k, v in session.timings.items()},
+        "timings_s": {k: round(v, 3) for k, v in record.timings.items()},
         # each training step's epochs: loss, lr, val metric, the kept (best) epoch
-        "history": [entry.as_dict() for entry in session.ctx.training_history],
+        "history": [entry.as_dict() for entry in record.histories],
         "versions": package_versions(),
+        "failed_formats": record.failed_formats,
     }
-    if session.user_loop is not None:
-        report["user_loop"] = session.user_loop
-    if session.sweep_key is not None:
-        report["sweep"] = session.sweep_key
+    report.update(record.notes)   # user_loop (cz.prepare runs), sweep (what a sweep resumes by)
+    for section in record.sections:
+        report[section.key] = section.report(artifacts)
     return report
 
 

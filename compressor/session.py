@@ -6,28 +6,30 @@ here, so bad input fails the same way, fast, whichever way in.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 
 from compressor import validate
-from compressor.backends import Backend, ModelInfo, backend_for, framework_of
+from compressor.backends import Backend, ModelInfo, UserLoopBackend, backend_for, framework_of
 from compressor.context import Context, Data
 from compressor.data import check_matches_model, load_data
 from compressor.errors import DataError, ModelLoadError, RecipeError
 from compressor.export import FORMATS
 from compressor.progress import Progress
 from compressor.recipe import Recipe, load_recipe
+from compressor.run_record import RunRecord
 from compressor.tensors import Arrays, output_index, output_list, select_output, take
 from compressor.sanity import check_outputs, warn_if_chance
 from compressor.workspace import check_output_path, make_work_folder
 
 
-@dataclass
+@dataclass(frozen=True)
 class Session:
     """Every input resolved and checked; `model` is the loaded original, kept untouched as the
-    reference. What passes also see (data, formats, reference outputs, baseline) is in `ctx`."""
+    reference. What passes also see (data, formats, reference outputs, baseline) is in `ctx`;
+    what the run measures goes to `record` (ctx.record), which only the report reads."""
 
     recipe: Recipe
     backend: Backend
@@ -41,9 +43,10 @@ class Session:
     measure_latency: bool = True
     threads: int | None = None
     teacher_entry: dict[str, Any] | None = None   # report.json `teacher`, for distill recipes
-    user_loop: dict[str, Any] | None = None       # report.json `user_loop`, for cz.prepare runs
-    sweep_key: dict[str, str] | None = None       # report.json `sweep`: what a sweep resumes by
-    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def record(self) -> RunRecord:
+        return self.ctx.record
 
     @property
     def metric_name(self) -> str:
@@ -121,7 +124,7 @@ def open_session(model: Any, recipe: str | Path | Recipe, data: Any = "digits", 
     session = Session(recipe=recipe, backend=backend, model=loaded, model_ref=describe_ref(model),
                       info=info, ctx=ctx, out_dir=out, force=force, target=target,
                       measure_latency=latency, threads=threads, teacher_entry=teacher_entry)
-    session.timings["load"] = time.perf_counter() - started
+    session.record.add_timing("load", time.perf_counter() - started)
     return session
 
 
@@ -147,8 +150,9 @@ def _formats_written_by(backend: Backend, formats: tuple[str, ...],
 
 
 def _refuse_training_steps(backend: Backend, recipe: Recipe) -> None:
-    """A backend of already-exported models cannot fine-tune: refuse before any work."""
-    if getattr(backend, "trains", True):
+    """A model kind without a training loop (already-exported models) cannot fine-tune:
+    refuse before any work."""
+    if isinstance(backend, UserLoopBackend):
         return
     from compressor.backends.post_training import training_refused
 

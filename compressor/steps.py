@@ -93,16 +93,21 @@ class PruneConfig(TrainingConfig):
         return self
 
 
-# dynamic (int8 weights, activations quantized at run time) and weight_only (int8 weights,
-# float compute): the transformer / RNN routes; ONNX and SavedModel models take them today.
-QuantizeMode = Literal["qat", "ptq", "dynamic", "weight_only"]
+# The quantize modes are the registered schemes (compressor/schemes): qat, ptq, dynamic
+# (int8 weights, activations quantized at run time) and weight_only (int8 weights, float
+# compute) are built in; a new scheme adds its own mode by registration. recipe.py checks the
+# name against the registry (steps.py imports nothing of ours but errors).
+BUILTIN_QUANTIZE_MODES = ("qat", "ptq", "dynamic", "weight_only")
 
 
 class QuantizeConfig(TrainingConfig):
     kind: Literal["quantize"] = Field("quantize", alias="pass")
-    mode: QuantizeMode = Field(
-        "qat", description="qat (fine-tune with fake-quant), ptq (calibrate), dynamic or weight_only")
-    dtype: Literal["int8"] = "int8"
+    mode: str = Field(
+        "qat", min_length=1, max_length=64,
+        description="qat (fine-tune with fake-quant), ptq (calibrate), dynamic or weight_only "
+        "(or a registered scheme's mode)")
+    dtype: str = Field("int8", min_length=1, max_length=16,
+                       description="the weights' integer type, e.g. int8")
     preserve_sparsity: bool = Field(True, description="keep pruned weights at zero during QAT")
     calibration_samples: int = Field(256, ge=1, description="training samples used to calibrate ptq")
     io_dtype: Literal["float32", "int8"] = Field(
@@ -117,7 +122,7 @@ class QuantizeConfig(TrainingConfig):
 
     @property
     def trains(self) -> bool:
-        return self.mode == "qat"   # ptq only calibrates
+        return self.mode == "qat"   # ptq only calibrates; the other modes need no data
 
 
 FEATURE_WEIGHT = 0.1   # distill feature_weight default: 1.0 measured worse (README: distill)
@@ -186,3 +191,8 @@ STEP_CONFIGS: tuple[type[StepConfig], ...] = (PruneConfig, QuantizeConfig, Disti
 def step_kind(config_cls: type[StepConfig]) -> str:
     """The `pass:` name of a step config class, e.g. "prune"."""
     return config_cls.model_fields["kind"].default
+
+
+def pass_names() -> list[str]:
+    """The `pass:` names a recipe step may use."""
+    return sorted(step_kind(cls) for cls in STEP_CONFIGS)

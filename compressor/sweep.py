@@ -74,7 +74,7 @@ def sweep_one(model: Any, ref: Any, data: Any, out: Path, **options: Any) -> lis
         session.ctx.progress.info(f"{recipe.name}: report for this model and recipe exists, skipped")
         _discard(session)
         return _rows(cached, cached=True)
-    session.sweep_key = key
+    session.record.add_note("sweep", key)
     try:
         result = finish(session, run_steps(session))
     except CompressorError as exc:

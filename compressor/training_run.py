@@ -26,10 +26,12 @@ from typing import Any
 from compressor.backends import UserLoopBackend, backend_for
 from compressor.context import ModelState
 from compressor.data import load_data
-from compressor.errors import RecipeError, UsageError
+from compressor.errors import UsageError
 from compressor.pipeline import Result, finish, run_steps
 from compressor.recipe import Recipe
 from compressor.session import Session, check_output_folder, open_session
+from compressor.step_order import check_user_loop_step
+from compressor.schemes import scheme_of_step
 from compressor.steps import QuantizeConfig, StepConfig
 
 # open_session checks an output folder, but a run's folder is only named at finalize (and
@@ -79,9 +81,7 @@ class TrainingRun:
         self._handed_index = None if handed is None else handed[0]
         step = None if handed is None else handed[1]
         state = run_steps(session, steps=before)
-        if step is not None and state.last(QuantizeConfig) is not None:
-            raise RecipeError(f"a {step.kind} step after an int8 quantize step would undo its "
-                              "ranges; put quantize last in the recipe's steps")
+        check_user_loop_step(state.steps, step)
         per_epoch = None
         if steps is not None and step is not None:
             per_epoch = math.ceil(steps / max(1, step.epochs))   # the schedule spans `steps`
@@ -155,14 +155,15 @@ class TrainingRun:
     def _trained_state(self, session: Session) -> ModelState:
         step = self._training.step
         state = session.backend.end_user_training(self._training, session.ctx)
+        if isinstance(step, QuantizeConfig):
+            # the user's loop did the apply handler's work (QAT): only the scheme is set
+            state = state.replace(scheme=scheme_of_step(step))
         if step is not None:
             state = state.after(step)
-        key = "user_loop" if step is None else step.kind
-        if self._handed_index is not None and key in session.timings:
-            key = f"{key}.{self._handed_index}"
-        session.timings[key] = time.perf_counter() - self._started
-        session.user_loop = {"step": None if step is None else step.kind,
-                             "steps_counted": self._steps_taken}
+        session.record.add_timing("user_loop" if step is None else step.kind,
+                                  time.perf_counter() - self._started, self._handed_index)
+        session.record.add_note("user_loop", {"step": None if step is None else step.kind,
+                                              "steps_counted": self._steps_taken})
         return state
 
     def _check_open(self, call: str) -> None:

@@ -46,24 +46,39 @@ def mean_cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.mean(cos))
 
 
-MIN_INT8_WEIGHT_SHARE = 0.9   # below it an "int8" artifact fails the gate
-MATRIX_ELEMENTS = 1024        # weights this large are matrices / tables int8 must cover
+MIN_WEIGHT_SHARE = 0.9        # below it an integer artifact fails the gate
+MIN_INT8_WEIGHT_SHARE = MIN_WEIGHT_SHARE
+MATRIX_ELEMENTS = 1024        # weights this large are matrices / tables quantization must cover
+PACKED_DTYPE_BITS = {"int4": 4, "uint4": 4}   # stored two to a byte; numpy has no such dtype
 
 
-def int8_weight_share(weights) -> tuple[float, list[str]]:
-    """The int8 fraction of the weight bytes in an artifact's matrices and tables (tensors of
+def dtype_bits(dtype: str) -> int:
+    """Bits per stored element of a dtype name as artifact inspection reports it."""
+    return PACKED_DTYPE_BITS.get(dtype) or np.dtype(dtype).itemsize * 8
+
+
+def weight_share_at(weights, bits: int) -> tuple[float, list[str]]:
+    """The fraction of the weight bytes in an artifact's matrices and tables (tensors of
     >= 1024 elements: kernels, embedding tables, recurrent weights; biases, norms, scales and
-    small position tables stay float by design), and its largest float tensors
-    ("name (dtype, KB)"), which the gate names when the share is too low."""
-    sizes = [(w, w.size * np.dtype(w.dtype).itemsize) for w in weights
+    small position tables stay float by design) stored at `bits` bits per element (int4
+    packed two to a byte counts as 4), and its largest float tensors ("name (dtype, KB)"),
+    which the gate names when the share is too low."""
+    sizes = [(w, w.size * dtype_bits(w.dtype) / 8) for w in weights
              if w.size >= MATRIX_ELEMENTS]
     total = sum(size for _, size in sizes)
     if not total:
         return 1.0, []
-    int8 = sum(size for w, size in sizes if w.dtype in ("int8", "uint8"))
-    floats = sorted(((size, w) for w, size in sizes if w.dtype.startswith("float")),
+    at_bits = sum(size for w, size in sizes if dtype_bits(w.dtype) == bits
+                  and w.dtype.startswith(("int", "uint")))
+    floats = sorted(((size, w) for w, size in sizes if w.dtype.startswith(("float", "bfloat"))),
                     key=lambda pair: -pair[0])
-    return int8 / total, [f"{w.name} ({w.dtype}, {size / 1024:.1f} KB)" for size, w in floats[:3]]
+    return at_bits / total, [f"{w.name} ({w.dtype}, {size / 1024:.1f} KB)"
+                             for size, w in floats[:3]]
+
+
+def int8_weight_share(weights) -> tuple[float, list[str]]:
+    """`weight_share_at(weights, 8)`: the int8 share report.json has always carried."""
+    return weight_share_at(weights, 8)
 
 
 def drop(metric: str | MetricFn, baseline: float, value: float) -> float:
@@ -79,8 +94,10 @@ def gate_passes(config: ValidateConfig, metric_value_: float, drop_: float) -> b
 
 def evaluate_artifact(path, data, reference: np.ndarray, baseline: float,
                       config: ValidateConfig, metric: str | MetricFn | None = None,
-                      latency: bool = True, threads: int | None = None) -> dict:
-    """Run one artifact in its runtime on the val split; the report's per-artifact keys."""
+                      latency: bool = True, threads: int | None = None,
+                      weight_bits: int = 8) -> dict:
+    """Run one artifact in its runtime on the val split; the report's per-artifact keys.
+    `weight_bits`: the scheme's bit width, whose share of weight bytes the gate reads."""
     from compressor.runtimes import inspect_artifact, open_runtime
 
     metric = metric or config.metric
@@ -97,6 +114,8 @@ def evaluate_artifact(path, data, reference: np.ndarray, baseline: float,
     share, largest_float = int8_weight_share(info.weights)
     return {
         "int8_weight_share": round(share, 6), "largest_float_weights": largest_float,
+        "weight_bits": weight_bits,
+        "weight_share_at_bits": round(weight_share_at(info.weights, weight_bits)[0], 6),
         "format": info.format, "path": info.path.name,
         "size_bytes": info.size_bytes, "gzip_bytes": info.gzip_bytes, "sha256": info.sha256,
         "metric_value": value, "drop": drop(metric, baseline, value),

@@ -1,9 +1,12 @@
-"""The Backend protocol: the only place framework work happens.
+"""The backend capabilities: the only place framework work happens.
 
-Passes call these methods and never branch on the framework. One backend per framework
-(backends/keras/, backends/torch/); each keeps its training loop in one place so that a
-distribution strategy / process group can wrap model, data and optimizer. A new quantize
-mode or pass option never adds a method: the config carries it.
+Every model kind has model I/O (`Backend`); the rest are small capability protocols
+(Pruning, Distilling, LayerSelection, Planning, UserLoopBackend) that a kind implements when
+it can, and that passes ask for (`capable`) instead of calling a method that would do
+nothing. Quantization schemes are not methods: they are handlers registered per (scheme,
+model kind, format) in compressor/schemes, so a new scheme or mode never adds a method.
+Each trainable backend keeps its training loop in one place so that a distribution
+strategy / process group can wrap model, data and optimizer.
 """
 from __future__ import annotations
 
@@ -16,8 +19,7 @@ from compressor.tensors import Arrays, TensorSpec
 
 if TYPE_CHECKING:
     from compressor.context import Context, ModelState
-    from compressor.steps import (DistillConfig, PrecisionConfig, PruneConfig, QuantizeConfig,
-                                  StepConfig)
+    from compressor.steps import DistillConfig, PruneConfig, StepConfig
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,12 @@ class ModelInfo:
 
 
 class Backend(Protocol):
-    name: str          # "keras" | "torch"
+    """Model I/O, the capability every model kind has. What else a kind can do is a
+    capability of its own below (a Protocol, checked with `capable`); quantization schemes
+    are handlers registered per model kind and format (compressor/schemes), and a backend
+    writes artifacts through that table (`SchemeExporter.export`)."""
+
+    name: str          # the model kind: "keras" | "torch" | "onnx" | "saved_model"
     image_layout: str  # how built-in image data is laid out for this framework: "NHWC" | "NCHW"
 
     def load(self, source: Any, *, weights: str | None = None, trust_pickle: bool = False) -> Any:
@@ -66,24 +73,83 @@ class Backend(Protocol):
         """Raw outputs (logits) of the framework model, in inference mode: one array, or a dict
         name -> array for several outputs. `x` is one array or a dict name -> array."""
 
+    def export(self, state: ModelState, fmt: str, path: Path, ctx: Context) -> Path:
+        """Write the artifact for `fmt` ("tflite" | "onnx") at `path` in `state.scheme`."""
+
+
+@runtime_checkable
+class Pruning(Protocol):
+    """A model kind whose weights can be pruned and fine-tuned."""
+
     def prune(self, state: ModelState, config: PruneConfig, ctx: Context) -> ModelState:
-        """The state with `config.sparsity` of each prunable kernel zeroed, fine-tuned."""
+        """The state with `config.sparsity` of each prunable kernel zeroed (or whole channels
+        removed), fine-tuned."""
 
-    def quantize(self, state: ModelState, config: QuantizeConfig, ctx: Context) -> ModelState:
-        """int8 in `config.mode` (fine-tuned fake-quant, calibration, or marked for export),
-        leaving `state.float_layers` float."""
 
-    def quantizable_layers(self, state: ModelState) -> list[str]:
-        """Names of the layers int8 quantizes, which `state.float_layers` may name instead."""
+@runtime_checkable
+class Distilling(Protocol):
+    """A model kind that can be trained against a teacher's soft targets."""
 
     def distill(self, state: ModelState, config: DistillConfig, ctx: Context) -> ModelState:
         """The state trained against `ctx.teacher`'s soft targets (pruned zeros kept)."""
 
-    def to_precision(self, state: ModelState, config: PrecisionConfig, ctx: Context) -> ModelState:
-        """The state ready for lower-precision float export (float16 weights, float32 I/O)."""
+
+@runtime_checkable
+class LayerSelection(Protocol):
+    """A model kind whose layers can be named for per-layer choices (quantize fallback)."""
+
+    def quantizable_layers(self, state: ModelState) -> list[str]:
+        """Names of the layers int8 quantizes, which `state.float_layers` may name instead."""
+
+
+@runtime_checkable
+class Planning(Protocol):
+    """A model kind that can be planned from shapes alone, without loading weights
+    (`compress plan`; language models)."""
+
+    def plan_shapes(self, source: Any) -> Any:
+        """The model's tensor shapes and dtypes by kind, read from its config / headers."""
+
+
+CAPABILITY_NAMES = {Pruning: "prune", Distilling: "distill", LayerSelection: "name its layers"}
+
+
+def capable(backend: Any, capability: type, why: str) -> Any:
+    """`backend` if it has `capability`, else a RecipeError saying it cannot `why`."""
+    if isinstance(backend, capability):
+        return backend
+    from compressor.errors import RecipeError
+
+    raise RecipeError(f"{backend.name} models cannot {CAPABILITY_NAMES.get(capability, why)}: "
+                      f"{why}")
+
+
+class SchemeExporter:
+    """`export` and `export_formats` for every model kind, from the handler table: the
+    handler registered for (state.scheme, this kind, fmt) writes the file."""
+
+    name = "?"
+
+    @property
+    def export_formats(self) -> tuple[str, ...]:
+        from compressor.schemes import formats_of
+
+        return formats_of(self.name)
 
     def export(self, state: ModelState, fmt: str, path: Path, ctx: Context) -> Path:
-        """Write the artifact for `fmt` ("tflite" | "onnx") at `path`; return it."""
+        from compressor.errors import BackendUnavailableError, ModelLoadError
+        from compressor.export import FORMATS
+        from compressor.schemes import find_export
+
+        if state.model is None:
+            raise ModelLoadError("there is no model to export; load one first")
+        if fmt not in FORMATS:
+            raise BackendUnavailableError(f"cannot export to {fmt!r}; the formats are "
+                                          f"{', '.join(FORMATS)}")
+        handler = find_export(state.scheme, self.name, fmt)
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return handler.write(self, state, state.scheme, path, ctx)
 
 
 @dataclass

@@ -110,7 +110,7 @@ class TrainingHistory:
 def start_history(ctx: Context, description: str) -> TrainingHistory:
     """A new history for one training step, appended to the run's (report.json `history`)."""
     history = TrainingHistory(step=description)
-    ctx.training_history.append(history)
+    ctx.record.add_history(history)
     return history
 
 

@@ -2,20 +2,21 @@
 without Keras metadata. Such a model has no training graph, so these backends do only
 post-training work: int8 calibration (ptq; dynamic and weight_only where the format allows),
 float16, and export. Recipe steps that train (prune, distill, quantize mode qat) are refused
-before any work (session.py checks `trains`); the methods below refuse them too, for callers
-that reach a backend directly.
+before any work (session.py: such a backend has no training loop), and by the passes for
+callers that reach a backend directly (no Pruning / Distilling capability; a qat apply
+handler that refuses).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from compressor.backends.base import SchemeExporter
 from compressor.errors import RecipeError
 from compressor.tensors import TensorSpec, is_integer
 
 if TYPE_CHECKING:
     from compressor.context import Context, ModelState
-    from compressor.steps import (DistillConfig, PrecisionConfig, PruneConfig, QuantizeConfig,
-                                  StepConfig)
+    from compressor.steps import StepConfig
 
 NO_TRAINING_FIX = "use int8 (ptq), fp16 or mixed_int8_fp16"
 IMAGE_CHANNELS = (1, 3)
@@ -29,6 +30,16 @@ def training_refused(backend_name: str, index: int, step: StepConfig) -> RecipeE
                        f"model; {NO_TRAINING_FIX}")
 
 
+def register_training_refusal(kind: str) -> None:
+    """A qat scheme applied to a model `kind` without a training loop is refused, naming the
+    step (for callers that reach the pass directly; a recipe is refused before any work)."""
+    from compressor.schemes import Int8Qat, apply_handler
+
+    @apply_handler(Int8Qat, kind)
+    def _refuse_qat(backend: Any, state: ModelState, scheme: Int8Qat, ctx: Context) -> ModelState:
+        raise training_refused(kind, len(state.steps), scheme.training)
+
+
 def image_layout_of(inputs: tuple[TensorSpec, ...], default: str) -> str:
     """How the built-in image data must be laid out for a model that only declares shapes: a
     4-D float input with 1 or 3 channels on axis 1 is NCHW (torch exports), else `default`."""
@@ -38,30 +49,10 @@ def image_layout_of(inputs: tuple[TensorSpec, ...], default: str) -> str:
     return default
 
 
-class PostTrainingBackend:
-    """The training half of the Backend protocol for models that cannot be trained; the
-    subclass provides load, clone, describe, predict, quantizable_layers and export."""
+class PostTrainingBackend(SchemeExporter):
+    """What already-exported model kinds share: export through the handler table, and no
+    training capability (no Pruning, Distilling or user loop: such steps are refused before
+    any work). The subclass provides load, clone, describe, predict and, where it can name
+    layers, quantizable_layers."""
 
     name = "post-training"
-    trains = False
-    export_formats: tuple[str, ...] = ("onnx",)
-
-    def prune(self, state: ModelState, config: PruneConfig, ctx: Context) -> ModelState:
-        raise training_refused(self.name, len(state.steps), config)
-
-    def distill(self, state: ModelState, config: DistillConfig, ctx: Context) -> ModelState:
-        raise training_refused(self.name, len(state.steps), config)
-
-    def quantize(self, state: ModelState, config: QuantizeConfig, ctx: Context) -> ModelState:
-        """Nothing to do before export, which calibrates (ptq) or quantizes (dynamic,
-        weight_only) the float model; qat needs training and is refused."""
-        if config.trains:
-            raise training_refused(self.name, len(state.steps), config)
-        if config.io_dtype != "float32":
-            raise RecipeError(f"quantize io_dtype {config.io_dtype} is not available for "
-                              f"{self.name} models: their int8 artifacts keep float32 inputs "
-                              "and outputs; remove io_dtype")
-        return state
-
-    def to_precision(self, state: ModelState, config: PrecisionConfig, ctx: Context) -> ModelState:
-        return state   # export reads the recorded step

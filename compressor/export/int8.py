@@ -10,22 +10,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compressor.errors import BackendUnavailableError
-from compressor.steps import QuantizeConfig
 
 if TYPE_CHECKING:
     from compressor.context import Context, ModelState
 
 
 def export_checked(backend: Any, state: ModelState, fmt: str, path: Path, ctx: Context) -> Path:
-    """`backend.export`, then, for a quantized state, the int8 read-back check: every export
+    """`backend.export`, then, for a scheme that computes in int8, the read-back check: every export
     a run keeps or measures (the pipeline, the fallback search) goes through here, whatever
     the backend (a Backend; not named here, export/ never imports backends/)."""
     written = backend.export(state, fmt, path, ctx)
-    quantize = state.last(QuantizeConfig)
-    # dynamic / weight_only compute in float by design; their int8 weights are checked by
-    # the weight-share gate on every int8 artifact (validate.int8_weight_share)
-    if quantize is not None and quantize.mode in ("qat", "ptq"):
-        require_int8_kernels(written, quantize.mode, len(state.float_layers))
+    # dynamic / weight_only compute in float by design; their integer weights are checked by
+    # the weight-share gate on every integer artifact (validate.weight_share_at)
+    if state.scheme.int8_compute:
+        require_int8_kernels(written, state.scheme.method, len(state.float_layers))
     return written
 
 

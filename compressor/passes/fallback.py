@@ -116,8 +116,9 @@ def search_float_layers(float_state: ModelState, config: QuantizeConfig, ctx: Co
         full = search.measure(quantized, ())
         layers = () if full.passed else tuple(backend.quantizable_layers(float_state))
         if not layers:   # nothing to search: int8 passes, or no layer could be left float
-            return quantized.with_section(FallbackResult(
+            ctx.record.add_section(FallbackResult(
                 search.fmt, config.fallback_dtype, full, (), (), full, search.evaluations))
+            return quantized
         ctx.progress.info(f"int8 fallback: full int8 drops {full.drop:.4f}; measuring "
                           f"{len(layers)} layers left float one at a time")
         singles = {layer: search.measure(None, (layer,)) for layer in layers}
@@ -131,8 +132,8 @@ def search_float_layers(float_state: ModelState, config: QuantizeConfig, ctx: Co
                             tuple(steps), chosen, search.evaluations)
     ctx.progress.info(f"int8 fallback: float {', '.join(chosen.float_layers)} "
                       f"({search.evaluations} evaluations, drop {chosen.drop:.4f})")
-    final = quantize(float_state.replace(float_layers=chosen.float_layers))
-    return final.with_section(result)
+    ctx.record.add_section(result)
+    return quantize(float_state.replace(float_layers=chosen.float_layers))
 
 
 class _Search:

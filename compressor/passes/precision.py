@@ -1,12 +1,15 @@
-"""Lower-precision floats (float16 / bfloat16) for weights, keeping float32 I/O by default."""
+"""Lower-precision floats (float16 / bfloat16) for weights, keeping float32 I/O by default.
+
+The step sets the Float16 scheme; each model kind's float16 export handlers write it."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from compressor.context import Context, ModelState
 from compressor.errors import BackendUnavailableError
-from compressor.passes.order import refuse_mixing_int8_and_float16
 from compressor.registry import register_pass
+from compressor.schemes import Float16, apply_scheme
+from compressor.step_order import check_can_follow
 from compressor.steps import PrecisionConfig
 
 if TYPE_CHECKING:
@@ -28,5 +31,5 @@ def precision(state: ModelState, config: PrecisionConfig, ctx: Context,
         reasons = "; ".join(f"{fmt}: {BFLOAT16_BLOCKERS[fmt]}" for fmt in formats)
         raise BackendUnavailableError(f"precision dtype bfloat16 cannot be exported ({reasons}); "
                                       "use dtype: float16")
-    refuse_mixing_int8_and_float16(state, "precision")
-    return backend.to_precision(state, config, ctx).after(config)
+    check_can_follow(state.steps, config)
+    return apply_scheme(backend, state, Float16.from_step(config), ctx).after(config)

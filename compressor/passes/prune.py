@@ -3,9 +3,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from compressor.backends.base import Pruning, capable
 from compressor.context import Context, ModelState
-from compressor.passes.order import refuse_after_quantize
 from compressor.registry import register_pass
+from compressor.step_order import check_can_follow
 from compressor.steps import PruneConfig
 
 if TYPE_CHECKING:
@@ -14,5 +15,6 @@ if TYPE_CHECKING:
 
 @register_pass(PruneConfig)
 def prune(state: ModelState, config: PruneConfig, ctx: Context, backend: Backend) -> ModelState:
-    refuse_after_quantize(state, "prune")
-    return backend.prune(state, config, ctx).after(config)
+    check_can_follow(state.steps, config)
+    pruner = capable(backend, Pruning, "pruning needs a Keras or PyTorch model")
+    return pruner.prune(state, config, ctx).after(config)

@@ -1,7 +1,8 @@
-"""int8 quantization: quantization-aware training (qat) or post-training calibration (ptq).
+"""Quantization: the step's mode and dtype name a scheme (compressor/schemes), which the
+model kind's handlers apply (QAT fine-tuning, calibration) and export.
 
-How a mode is carried out is the backend's business; with `fallback: auto` the search in
-passes/fallback.py keeps the most sensitive layers float until the accuracy gate passes.
+With `fallback: auto` the search in passes/fallback.py keeps the most sensitive layers float
+until the accuracy gate passes.
 """
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 from compressor.context import Context, ModelState
 from compressor.errors import RecipeError
 from compressor.int8_mode import post_training_mode
-from compressor.passes.order import refuse_after_quantize, refuse_mixing_int8_and_float16
 from compressor.registry import register_pass
+from compressor.schemes import apply_scheme, scheme_class, scheme_of_step
+from compressor.step_order import check_can_follow
 from compressor.steps import QuantizeConfig
 from compressor.tensors import take
 
@@ -34,19 +36,23 @@ class QuantizeChoice:
         return {"mode": self.mode, "reason": self.reason}
 
 
-MODE_NAMES = {"ptq": "static", "qat": "qat", "dynamic": "dynamic", "weight_only": "weight_only"}
-
-
 def _chosen_mode(state: ModelState, config: QuantizeConfig, ctx: Context,
                  backend: Backend) -> tuple[QuantizeConfig, QuantizeChoice]:
     """A `ptq` step is static int8 for conv / dense models and dynamic int8 for models with
     attention, LayerNorm, embeddings or recurrent layers (int8_mode.py says why); other
     modes are the recipe's choice."""
     if config.mode != "ptq":
-        return config, QuantizeChoice(MODE_NAMES[config.mode], "set by the recipe")
+        return config, QuantizeChoice(_report_name(config), "set by the recipe")
     example = None if ctx.data.val is None else take(ctx.data.val[0], slice(0, 2))
     mode, reason = post_training_mode(backend.describe(state.model, example).layer_kinds)
-    return config.model_copy(update={"mode": mode}), QuantizeChoice(MODE_NAMES[mode], reason)
+    config = config.model_copy(update={"mode": mode})
+    return config, QuantizeChoice(_report_name(config), reason)
+
+
+def _report_name(config: QuantizeConfig) -> str:
+    """report.json quantize.mode: ptq is reported as "static"."""
+    scheme = scheme_class(config.mode, config.dtype)
+    return scheme.report_name or scheme.name
 
 
 @register_pass(QuantizeConfig)
@@ -56,13 +62,13 @@ def quantize(state: ModelState, config: QuantizeConfig, ctx: Context,
         # The search re-quantizes once per candidate layer: with qat, one fine-tuning each.
         raise RecipeError("quantize fallback: auto works with mode: ptq (it re-quantizes the "
                           "model once per candidate layer); set mode: ptq or fallback: none")
-    refuse_after_quantize(state, "quantize")
-    refuse_mixing_int8_and_float16(state, "quantize")
+    check_can_follow(state.steps, config)
     config, choice = _chosen_mode(state, config, ctx, backend)
-    state = state.with_section(choice)
+    ctx.record.add_section(choice)
+    scheme = scheme_of_step(config)
 
     def quantized(float_state: ModelState) -> ModelState:
-        return backend.quantize(float_state, config, ctx).after(config)
+        return apply_scheme(backend, float_state, scheme, ctx).after(config)
 
     if config.fallback == "none":
         return quantized(state)

@@ -1,28 +1,26 @@
 """The Keras backend: tf_keras (Keras 2) models, tfmot for pruning and QAT, the TFLite
-converter and tf2onnx for export.
+converter and tf2onnx for export (one handler per scheme and format: handlers.py).
 
 TensorFlow is imported lazily (see env.py), so constructing a KerasBackend is free. Every
 method works on copies: the caller's model and file are never modified.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from compressor.backends.base import ModelInfo
-from compressor.errors import BackendUnavailableError, ModelLoadError
-from compressor.export import FORMATS
+from compressor.backends.base import ModelInfo, SchemeExporter
+from compressor.backends.keras import handlers  # noqa: F401  (registers the handlers)
 
 if TYPE_CHECKING:
     from compressor.tensors import Arrays
     from compressor.backends.base import UserTraining
     from compressor.context import Context, ModelState
-    from compressor.steps import (DistillConfig, PrecisionConfig, PruneConfig, QuantizeConfig,
-                                  StepConfig)
+    from compressor.steps import DistillConfig, PruneConfig, StepConfig
 
 
+class KerasBackend(SchemeExporter):
+    """tf_keras models; schemes are applied and written by the handlers in handlers.py."""
 
-class KerasBackend:
     name = "keras"
     image_layout = "NHWC"
 
@@ -65,15 +63,6 @@ class KerasBackend:
 
         return state.replace(model=pruned_model(state, config, ctx))
 
-    def quantize(self, state: ModelState, config: QuantizeConfig, ctx: Context) -> ModelState:
-        """qat: a fine-tuned fake-quant model. ptq: the model stays float; export calibrates
-        it on `calibration_samples` training inputs."""
-        if config.mode != "qat":   # ptq / dynamic / weight_only: the exporters quantize
-            return state
-        from compressor.backends.keras.optimize import quantization_aware_model
-
-        return state.replace(model=quantization_aware_model(state, config, ctx))
-
     def quantizable_layers(self, state: ModelState) -> list[str]:
         """Layers int8 quantizes (conv / dense kernels): what quantize fallback may keep float."""
         from compressor.backends.keras.mixed import kernel_layer_names
@@ -85,25 +74,6 @@ class KerasBackend:
         from compressor.backends.keras.distill import distilled_model
 
         return state.replace(model=distilled_model(state, config, ctx))
-
-    def to_precision(self, state: ModelState, config: PrecisionConfig, ctx: Context) -> ModelState:
-        return state   # the exporters read the recorded step
-
-    def export(self, state: ModelState, fmt: str, path: Path, ctx: Context) -> Path:
-        if state.model is None:
-            raise ModelLoadError("there is no model to export; load one first")
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if fmt == "tflite":
-            from compressor.backends.keras.tflite import tflite_from_keras
-
-            return tflite_from_keras(state, path, ctx, self.conversions)
-        if fmt == "onnx":
-            from compressor.backends.keras.onnx import onnx_from_keras
-
-            return onnx_from_keras(state, path, ctx)
-        raise BackendUnavailableError(f"cannot export to {fmt!r}; the formats are "
-                                      f"{', '.join(FORMATS)}")
 
     def start_user_training(self, state: ModelState, step: StepConfig | None, ctx: Context,
                             steps_per_epoch: int | None = None) -> UserTraining:

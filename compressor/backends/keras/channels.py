@@ -70,7 +70,8 @@ def channel_pruned(state: ModelState, config: PruneConfig, ctx: Context) -> Mode
         model_after={"params": int(pruned.count_params()), "macs": keras_macs(pruned)},
         kept_whole=tuple(_kept_whole(roots)), attention_heads=attention_heads.heads_report(
             model, attention_heads.kept_heads(heads, ratio)))
-    return state.replace(model=pruned).with_section(section)
+    ctx.record.add_section(section)
+    return state.replace(model=pruned)
 
 
 def as_functional(model: Any) -> Any:

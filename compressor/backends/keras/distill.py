@@ -1,7 +1,8 @@
 """Knowledge distillation for Keras: the student trains on a frozen teacher's soft targets.
 
-The KD loss itself lives in the one training loop (keras_train.distillation_loss), which
-pruning and QAT also use while a distill step is active.
+The KD loss and the keep-zeros rule are framework-neutral (backends/training_rules.py); the
+one training loop (keras_train.distillation_loss) applies the loss, which pruning and QAT also
+use while a distill step guides them.
 """
 from __future__ import annotations
 
@@ -12,8 +13,7 @@ import numpy as np
 from compressor.backends.keras.env import import_tf_keras
 from compressor.backends.keras.load import clone_keras_model
 from compressor.backends.keras.train import fine_tune
-
-from compressor.steps import PruneConfig
+from compressor.backends.training_rules import keeps_pruned_zeros
 
 if TYPE_CHECKING:
     from compressor.context import Context, ModelState
@@ -27,7 +27,7 @@ def distilled_model(state: ModelState, config: DistillConfig, ctx: Context) -> A
     distilling never refills the sparsity the recipe asked for.
     """
     model = state.model
-    callbacks = [_keep_zeros_callback()] if state.last(PruneConfig) is not None else []
+    callbacks = [_keep_zeros_callback()] if keeps_pruned_zeros(state, config) else []
     return fine_tune(lambda: clone_keras_model(model), model, config, ctx,
                      "distilling from the teacher", callbacks=callbacks, distill=config)
 

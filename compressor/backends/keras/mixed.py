@@ -22,7 +22,7 @@ from compressor.quiet import captured_native_output
 
 if TYPE_CHECKING:
     from compressor.context import Context, ModelState
-    from compressor.steps import QuantizeConfig
+    from compressor.schemes import Int8Scheme
 
 KERNEL_LAYER_ATTRS = ("kernel", "depthwise_kernel")
 
@@ -45,14 +45,15 @@ def layer_of(tensor_name: str, layers: tuple[str, ...] | list[str]) -> str | Non
     return next((layer for layer in layers if layer in parts), None)
 
 
-def mixed_int8_tflite(state: ModelState, quantize: QuantizeConfig, ctx: Context, io_dtype: str,
+def mixed_int8_tflite(state: ModelState, scheme: Int8Scheme, ctx: Context,
                       calibrated: bytes) -> bytes:
-    """int8 TFLite of a calibrated ptq model with `state.float_layers` left float."""
+    """int8 TFLite of a calibrated ptq model with `state.float_layers` left float (in the
+    scheme's `fallback_dtype`), with the scheme's `io_dtype`."""
     from tensorflow.lite.python import convert
 
     tf = import_tensorflow()
     denied = _float_layer_nodes(calibrated, state.float_layers)
-    int8_io = io_dtype == "int8"
+    int8_io = scheme.io_dtype == "int8"
     log = ctx.workdir / "logs" / "tflite-quantize.log"
     try:
         with captured_native_output(log, "TFLite int8 with float layers"):
@@ -64,7 +65,7 @@ def mixed_int8_tflite(state: ModelState, quantize: QuantizeConfig, ctx: Context,
     except (ValueError, RuntimeError, TypeError) as exc:
         raise BackendUnavailableError(f"TFLite int8 quantization with float layers failed "
                                       f"({first_line(exc)}); set fallback: none") from None
-    if state.float_layers and quantize.fallback_dtype == "float16":
+    if state.float_layers and scheme.fallback_dtype == "float16":
         content = float16_weights(content,
                                   lambda weight: layer_of(weight, state.float_layers) is not None)
     return bytes(content)

@@ -7,6 +7,9 @@
   calibration samples (export/onnx_int8.py): Q/DQ only where onnxruntime fuses them into
   int8 kernels. (tf2onnx on the int8 TFLite gave DequantizeLinear -> QuantizeLinear chains
   around most ops, up to 4x slower than float; on the QAT model it keeps float weights.)
+  dynamic / weight_only: onnxruntime's own modes on the float32 graph.
+
+One function per scheme; keras/handlers.py registers them.
 """
 from __future__ import annotations
 
@@ -19,27 +22,50 @@ from compressor.errors import BackendUnavailableError, converter_failure
 from compressor.export.onnx import (float16_onnx, renamed_io, require_dynamic_batch,
                                     save_checked_onnx)
 from compressor.quiet import captured_native_output
-from compressor.steps import PrecisionConfig, QuantizeConfig
 
 if TYPE_CHECKING:
-    from compressor.context import Context, ModelState
+    from compressor.context import Context
+    from compressor.schemes import Float16, Int8Scheme
 
 OPSET = 17
 STANDARD_DOMAINS = ("", "ai.onnx", "com.microsoft")
 
 
-def onnx_from_keras(state: ModelState, path: Path, ctx: Context) -> Path:
-    log = Path(ctx.workdir) / "logs" / "onnx-convert.log"
-    quantize, precision = state.last(QuantizeConfig), state.last(PrecisionConfig)
-    if quantize is not None:
-        proto = _int8_onnx(state, quantize, ctx, log)
-    else:
-        proto = _float_onnx(state.model, log)
-        renamed_io(proto, original_names(state.model, ctx))
-        if precision is not None:
-            proto = float16_onnx(proto, precision)
+def onnx_float32(model: Any, path: Path, ctx: Context) -> Path:
+    return _save(_named_float_onnx(model, ctx), path, ctx)
+
+
+def onnx_float16(model: Any, scheme: Float16, path: Path, ctx: Context) -> Path:
+    return _save(float16_onnx(_named_float_onnx(model, ctx), scheme), path, ctx)
+
+
+def onnx_int8(model: Any, scheme: Int8Scheme, float_layers: tuple[str, ...], path: Path,
+              ctx: Context) -> Path:
+    """onnxruntime's int8 (export/onnx_int8.py) in the scheme's mode of the float `model`
+    (for qat: the QAT model's float layers with their trained weights)."""
+    from compressor.backends.training_data import calibration_samples
+    from compressor.export.onnx_int8 import int8_onnx_from_float
+
+    proto = int8_onnx_from_float(
+        _named_float_onnx(model, ctx), lambda: calibration_samples(ctx, scheme.calibration_samples),
+        float_layers, scheme.fallback_dtype, Path(ctx.workdir), scheme.method)
+    return _save(proto, path, ctx)
+
+
+def _named_float_onnx(model: Any, ctx: Context) -> Any:
+    """tf2onnx's float32 graph of `model`, with the original model's I/O names."""
+    proto = _float_onnx(model, _log(ctx))
+    renamed_io(proto, original_names(model, ctx))
+    return proto
+
+
+def _save(proto: Any, path: Path, ctx: Context) -> Path:
     require_dynamic_batch(proto)
-    return save_checked_onnx(proto, path, log)
+    return save_checked_onnx(proto, path, _log(ctx))
+
+
+def _log(ctx: Context) -> Path:
+    return Path(ctx.workdir) / "logs" / "onnx-convert.log"
 
 
 def _float_onnx(model: Any, log: Path) -> Any:
@@ -64,19 +90,6 @@ def _erfc_as_erf(graph: Any, node: Any, name: str, args: list) -> Any:
     minus = graph.insert_new_node_on_output("Sub", node.output[0], name=utils.make_name(name))
     graph.replace_inputs(minus, [one.output[0], node.output[0]])
     return node
-
-
-def _int8_onnx(state: ModelState, quantize: QuantizeConfig, ctx: Context, log: Path) -> Any:
-    from compressor.backends.keras.optimize import without_fake_quant
-    from compressor.backends.training_data import calibration_samples
-    from compressor.export.onnx_int8 import int8_onnx_from_float
-
-    model = without_fake_quant(state.model) if quantize.mode == "qat" else state.model
-    proto = _float_onnx(model, log)
-    renamed_io(proto, original_names(model, ctx))
-    return int8_onnx_from_float(
-        proto, lambda: calibration_samples(ctx, quantize.calibration_samples),
-        state.float_layers, quantize.fallback_dtype, Path(ctx.workdir), quantize.mode)
 
 
 def _tf2onnx(log: Path, kind: str, convert) -> Any:

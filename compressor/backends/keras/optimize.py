@@ -9,6 +9,7 @@ from compressor.backends.keras.env import import_tf_keras, import_tfmot
 from compressor.backends.keras.load import clone_keras_model
 from compressor.backends.keras.train import fine_tune
 from compressor.backends.training_data import steps_per_epoch
+from compressor.backends.training_rules import keeps_pruned_zeros
 from compressor.errors import BackendUnavailableError, first_line
 from compressor.steps import DistillConfig, PruneConfig
 
@@ -42,8 +43,7 @@ def quantization_aware_model(state: ModelState, config: QuantizeConfig, ctx: Con
     """A QAT copy of the model (fake-quant int8), fine-tuned for `config.epochs` (with the
     teacher's KD loss after a distill step); pruned zeros stay zero after a prune step."""
     model = state.model
-    prune = state.last(PruneConfig)
-    preserve = config.preserve_sparsity and prune is not None and prune.leaves_zeros
+    preserve = keeps_pruned_zeros(state, config)
     return fine_tune(lambda: _with_fake_quant(clone_keras_model(model), preserve),
                      model, config, ctx, "int8 quantization-aware training",
                      distill=state.last(DistillConfig), freeze_bn_after=config.freeze_bn_after)

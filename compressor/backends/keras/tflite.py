@@ -1,4 +1,5 @@
-"""tf_keras model -> .tflite: float32, float16 weights, or full int8 (QAT or calibrated PTQ).
+"""tf_keras model -> .tflite: float32, float16 weights, full int8 (QAT or calibrated PTQ), or
+int8 weights (dynamic, weight_only): one function per scheme (keras/handlers.py registers them).
 
 Full int8 means int8 weights AND int8 activations in every conv / dense op; a converter
 result that silently keeps float compute is refused (export/int8.py) rather than shipped.
@@ -17,13 +18,13 @@ from compressor.backends.keras.io import original_names
 from compressor.backends.training_data import calibration_samples
 from compressor.backends.keras.recurrent import unrolled_for_tflite
 from compressor.errors import BackendUnavailableError, RecipeError, converter_failure
-from compressor.export.tflite import POST_TRAINING_RECIPES, int8_weights, renamed_signature
+from compressor.export.tflite import int8_weights, renamed_signature
 from compressor.quiet import captured_native_output
-from compressor.steps import PrecisionConfig, QuantizeConfig
 from compressor.tensors import matched, rows
 
 if TYPE_CHECKING:
     from compressor.context import Context, ModelState
+    from compressor.schemes import Float16, Int8Scheme
 
 ENTRIES_PER_MODEL = 4   # a fallback search converts many candidates: keep only recent ones
 
@@ -47,79 +48,90 @@ class ConversionCache:
         return entries[key]
 
 
-def tflite_from_keras(state: ModelState, path: Path, ctx: Context, cache: ConversionCache) -> Path:
-    quantize, precision = state.last(QuantizeConfig), state.last(PrecisionConfig)
-    if quantize is not None and quantize.mode in POST_TRAINING_RECIPES:
-        content = int8_weights(_convert(state.model, ctx, "float32", lambda converter, tf: None),
-                               quantize.mode)
-    elif quantize is not None:
-        content = int8_tflite(state, ctx, cache, io_dtype=quantize.io_dtype)
-    elif precision is not None and precision.exclude:
-        content = _float16_except(state.model, precision, ctx)
-    elif precision is not None:
-        content = _convert(state.model, ctx, "float16", _float16_settings(precision))
-    else:
-        content = _convert(state.model, ctx, "float32", lambda converter, tf: None)
+def write_tflite(state: ModelState, content: bytes, path: Path, ctx: Context) -> Path:
+    """`content` at `path`, its signature keeping the original model's I/O names."""
     path.write_bytes(renamed_signature(content, original_names(state.model, ctx)))
     return path
 
 
-def int8_tflite(state: ModelState, ctx: Context, cache: ConversionCache,
-                io_dtype: str = "float32") -> bytes:
-    """The full-int8 TFLite of a QAT or PTQ state (cached per model)."""
-    quantize = state.last(QuantizeConfig)
-    key = ("int8", quantize, io_dtype, state.float_layers)
-    return cache.get(state.model, key, lambda: _int8_content(state, quantize, ctx, cache, io_dtype))
+def float32_tflite(model: Any, ctx: Context) -> bytes:
+    return _convert(model, ctx, "float32", lambda converter, tf: None)
 
 
-def _int8_content(state: ModelState, quantize: QuantizeConfig, ctx: Context,
-                  cache: ConversionCache, io_dtype: str) -> bytes:
-    samples = None
-    if quantize.mode == "ptq":
-        samples = calibration_inputs(state.model, ctx, quantize.calibration_samples)
+def float16_tflite(model: Any, scheme: Float16, ctx: Context) -> bytes:
+    """float16 weights, float32 I/O; the `exclude`d layers' weights stay float32."""
+    if scheme.exclude:
+        return _float16_except(model, scheme, ctx)
+    return _convert(model, ctx, "float16", _float16_settings(scheme))
 
+
+def int8_weights_tflite(model: Any, scheme: Int8Scheme, ctx: Context) -> bytes:
+    """int8 weights on the float32 TFLite by ai-edge-quantizer, in the scheme's mode
+    (dynamic, weight_only: export/tflite.py POST_TRAINING_RECIPES)."""
+    return int8_weights(float32_tflite(model, ctx), scheme.method)
+
+
+def ptq_tflite(state: ModelState, scheme: Int8Scheme, ctx: Context,
+               cache: ConversionCache) -> bytes:
+    """Full int8 calibrated on `calibration_samples` training inputs (cached per model);
+    `state.float_layers` stay float."""
+    def make() -> bytes:
+        samples = calibration_inputs(state.model, ctx, scheme.calibration_samples)
+        configure = _int8_settings(scheme, samples, ctx)
+        if scheme.fallback == "auto" or state.float_layers:
+            return _mixed_int8(state, scheme, ctx, cache, configure)
+        return _convert(state.model, ctx, f"int8 {scheme.name}", configure)
+
+    return cache.get(state.model, ("int8", scheme, state.float_layers), make)
+
+
+def qat_tflite(state: ModelState, scheme: Int8Scheme, ctx: Context,
+               cache: ConversionCache) -> bytes:
+    """Full int8 with the ranges the QAT model learned (cached per model)."""
+    if scheme.fallback == "auto" or state.float_layers:
+        raise BackendUnavailableError("int8 TFLite with float layers needs quantize mode: ptq "
+                                      "(a qat model carries its own ranges for every layer)")
+    return cache.get(state.model, ("int8", scheme, state.float_layers), lambda: _convert(
+        state.model, ctx, f"int8 {scheme.name}", _int8_settings(scheme, None, ctx)))
+
+
+def _int8_settings(scheme: Int8Scheme, samples: dict[str, np.ndarray] | None, ctx: Context):
     def configure(converter: Any, tf: Any) -> None:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        if io_dtype == "int8":
+        if scheme.io_dtype == "int8":
             converter.inference_input_type = tf.int8
             converter.inference_output_type = tf.int8
         if samples is not None:   # ptq; QAT models carry their learned ranges instead
             converter.representative_dataset = _representative_dataset(samples, ctx)
             converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
 
-    if quantize.fallback == "auto" or state.float_layers:
-        return _mixed_int8(state, quantize, ctx, cache, io_dtype, configure)
-    return _convert(state.model, ctx, f"int8 {quantize.mode}", configure)
+    return configure
 
 
-def _mixed_int8(state: ModelState, quantize: QuantizeConfig, ctx: Context, cache: ConversionCache,
-                io_dtype: str, configure) -> bytes:
+def _mixed_int8(state: ModelState, scheme: Int8Scheme, ctx: Context, cache: ConversionCache,
+                configure) -> bytes:
     """int8 with `state.float_layers` float: calibrate once, then quantize per layer set."""
     from compressor.backends.keras.mixed import mixed_int8_tflite
-
-    if quantize.mode != "ptq":
-        raise BackendUnavailableError("int8 TFLite with float layers needs quantize mode: ptq "
-                                      "(a qat model carries its own ranges for every layer)")
 
     def calibrate_only(converter: Any, tf: Any) -> None:
         configure(converter, tf)
         converter.experimental_mlir_quantizer = True
         converter._experimental_calibrate_only = True   # QuantizationDebugger's route
 
-    calibrated = cache.get(state.model, ("calibrated", quantize.calibration_samples, ctx.seed),
+    calibrated = cache.get(state.model, ("calibrated", scheme.calibration_samples, ctx.seed),
                            lambda: _convert(state.model, ctx, "int8 calibration", calibrate_only))
-    return mixed_int8_tflite(state, quantize, ctx, io_dtype, calibrated)
+    return mixed_int8_tflite(state, scheme, ctx, calibrated)
 
 
-def _float16_except(model: Any, precision: PrecisionConfig, ctx: Context) -> bytes:
+def _float16_except(model: Any, scheme: Float16, ctx: Context) -> bytes:
     """float16 weights but for the `exclude`d layers: the converter has no per-layer option,
     so the float32 model's other conv / dense weights are stored as float16 afterwards (the
     form the converter gives them). Biases and other constants stay float32."""
     from compressor.backends.keras.mixed import kernel_layer_names, layer_of
     from compressor.export.tflite import float16_weights
 
-    _float16_settings(precision)   # the same refusals as a plain float16 conversion
-    excluded = excluded_layers(kernel_layer_names(model), precision.exclude)
+    _float16_settings(scheme)   # the same refusals as a plain float16 conversion
+    excluded = excluded_layers(kernel_layer_names(model), scheme.exclude)
     content = _convert(model, ctx, "float32", lambda converter, tf: None)
     return float16_weights(content, lambda weight: layer_of(weight, excluded) is None)
 
@@ -136,8 +148,8 @@ def excluded_layers(layers: list[str], patterns: tuple[str, ...]) -> list[str]:
     return [name for name in layers if any(fnmatch.fnmatch(name, p) for p in patterns)]
 
 
-def _float16_settings(precision: PrecisionConfig):
-    if not precision.keep_io_types:
+def _float16_settings(scheme: Float16):
+    if not scheme.keep_io_types:
         raise BackendUnavailableError("TFLite float16 artifacts always keep float32 inputs and "
                                       "outputs; set keep_io_types: true or export onnx only")
 

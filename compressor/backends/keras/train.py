@@ -23,14 +23,15 @@ from compressor.backends.keras.fit_callbacks import (
 )
 from compressor.backends.keras.io import output_names, predict
 from compressor.backends.training_data import steps_per_epoch, training_inputs
-from compressor.errors import RecipeError
+from compressor.backends.training_rules import (CROSS_ENTROPY_ON_LOGITS, MSE, NUMPY_OPS,
+                                                PROBE_SAMPLES, ArrayOps, as_logits,
+                                                outputs_probabilities, require_teacher, task_loss)
+from compressor.backends.training_rules import distillation_loss as kd_loss
 from compressor.tensors import Arrays, is_named, matched, output_list, rows, take
 
 if TYPE_CHECKING:
     from compressor.context import Context
     from compressor.steps import DistillConfig, TrainingConfig
-
-PROBE_SAMPLES = 64   # how many inputs decide whether a model outputs probabilities or logits
 
 
 def fine_tune(build_model: Callable[[], Any], reference: Any, config: TrainingConfig,
@@ -40,9 +41,10 @@ def fine_tune(build_model: Callable[[], Any], reference: Any, config: TrainingCo
               freeze_bn_after: int | None = None) -> Any:
     """Build the model to train and fit it for `config.epochs` on the training split.
 
-    With labels the loss is sparse categorical cross-entropy (from logits unless `reference`
-    outputs probabilities); without labels the model learns `reference`'s outputs (MSE).
-    With `distill` the loss is `distillation_loss` against `ctx.teacher`'s logits.
+    The loss is training_rules.task_loss's: with labels sparse categorical cross-entropy
+    (from logits unless `reference` outputs probabilities), without labels MSE to
+    `reference`'s outputs. With `distill` it is `distillation_loss` against `ctx.teacher`'s
+    logits.
     Fine-tuning defaults (backends/fine_tuning.py): the rate of every step is lr_at; each
     epoch's loss and val metric go into the step's history; the best epoch among those
     `eligible(optimizer steps so far)` accepts is kept (as in the PyTorch loop); BatchNorm
@@ -117,61 +119,50 @@ def _keyed_by_input(model: Any, x: Arrays) -> Arrays:
     return dict(zip(model.input_names, matched(x, list(model.input_names))))
 
 
-def outputs_probabilities(out: np.ndarray) -> bool:
-    """True when the model ends in a softmax: outputs in [0, 1] whose rows sum to 1."""
-    if out.ndim < 2 or out.shape[-1] < 2:
-        return False
-    return bool(out.min() >= 0.0 and out.max() <= 1.0
-                and np.allclose(out.sum(axis=-1), 1.0, atol=1e-3))
-
-
 def _targets_and_loss(reference: Any, x: Arrays, y: np.ndarray | None, tf_keras: Any,
                       read: Outputs):
-    if y is None:
+    kind = task_loss(y is not None, lambda: outputs_probabilities(read.probe(reference, x)))
+    if kind == MSE:
         return read.of(reference, x), tf_keras.losses.MeanSquaredError()
-    from_logits = not outputs_probabilities(read.probe(reference, x))
-    return y, tf_keras.losses.SparseCategoricalCrossentropy(from_logits=from_logits)
+    return y, tf_keras.losses.SparseCategoricalCrossentropy(
+        from_logits=kind == CROSS_ENTROPY_ON_LOGITS)
+
+
+def _tf_ops() -> ArrayOps:
+    """training_rules' array operations in TensorFlow; classes on the last axis, one loss per
+    sample (Keras averages them)."""
+    tf = import_tensorflow()
+    return ArrayOps(log=tf.math.log, maximum=tf.maximum, exp=tf.exp,
+                    log_softmax=tf.nn.log_softmax,
+                    class_sum=lambda x: tf.reduce_sum(x, axis=-1),
+                    batch_mean=lambda x: x,
+                    mse=lambda a, b: tf.reduce_mean(tf.square(a - b), axis=-1))
 
 
 def distillation_loss(config: DistillConfig, hard_loss: Callable | None,
                       student_probabilities: bool) -> Callable:
-    """alpha * T^2 * KL(softmax(t/T) || softmax(s/T)) + (1 - alpha) * hard_loss, per sample.
+    """training_rules.distillation_loss as a Keras loss(y_true, y_pred), per sample.
 
     `y_true` is [label, teacher logits...] along the last axis (one tensor, so shuffling keeps
-    them aligned), or the teacher logits alone when there are no labels; then the loss is the
-    teacher term only, as MSE on logits (no labels may mean regression). `loss: mse` swaps
-    the KL for MSE on logits.
+    them aligned), or the teacher logits alone when there are no labels (`hard_loss` None);
+    `hard_loss(labels, y_pred)` is a Keras loss function.
     """
-    tf = import_tensorflow()
-    temperature, alpha = config.temperature, config.alpha
-    kind = config.loss if hard_loss is not None else "mse"
+    hard = None if hard_loss is None else (lambda y_pred, labels: hard_loss(labels, y_pred))
+    rule = kd_loss(_tf_ops(), config, hard, student_probabilities)
 
     def loss(y_true: Any, y_pred: Any) -> Any:
-        teacher = y_true[..., 1:] if hard_loss is not None else y_true
-        student = tf.math.log(tf.maximum(y_pred, 1e-12)) if student_probabilities else y_pred
-        if kind == "kl":
-            soft_targets = tf.nn.log_softmax(teacher / temperature)
-            soft_student = tf.nn.log_softmax(student / temperature)
-            term = temperature ** 2 * tf.reduce_sum(
-                tf.exp(soft_targets) * (soft_targets - soft_student), axis=-1)
-        else:
-            term = tf.reduce_mean(tf.square(student - teacher), axis=-1)
         if hard_loss is None:
-            return term
-        return alpha * term + (1.0 - alpha) * hard_loss(y_true[..., 0], y_pred)
+            return rule(y_pred, y_true)
+        return rule(y_pred, y_true[..., 1:], y_true[..., 0])
 
     return loss
 
 
 def teacher_logits(teacher: Any, x: Arrays, read: Outputs = Outputs()) -> np.ndarray:
     """The frozen teacher's logits for `x`, once, in inference mode (log of probabilities)."""
-    if teacher is None:
-        raise RecipeError("distillation needs a teacher model; pass --teacher MODEL "
-                          "(or teacher=... in Python)")
+    require_teacher(teacher)
     logits = read.of(teacher, x).astype(np.float32)
-    if outputs_probabilities(read.probe(teacher, x)):
-        return np.log(np.maximum(logits, 1e-12))
-    return logits
+    return as_logits(NUMPY_OPS, logits, outputs_probabilities(read.probe(teacher, x)))
 
 
 def _distillation_targets_and_loss(reference: Any, x: Arrays, y: np.ndarray | None,
@@ -179,12 +170,13 @@ def _distillation_targets_and_loss(reference: Any, x: Arrays, y: np.ndarray | No
     tf_keras = import_tf_keras()
     soft = teacher_logits(teacher, x, read)
     student_probabilities = outputs_probabilities(read.probe(reference, x))
-    if y is None:
+    if y is None:   # the teacher term alone
         return soft, distillation_loss(config, None, student_probabilities)
+    kind = task_loss(True, lambda: student_probabilities)
 
     def hard_loss(labels: Any, y_pred: Any) -> Any:
         return tf_keras.losses.sparse_categorical_crossentropy(
-            labels, y_pred, from_logits=not student_probabilities)
+            labels, y_pred, from_logits=kind == CROSS_ENTROPY_ON_LOGITS)
 
     labels = np.asarray(y, dtype=np.float32)[..., None]
     return (np.concatenate([labels, soft], axis=-1),

@@ -11,21 +11,20 @@ by `load`). onnx / onnxruntime are imported only when a method runs.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compressor.backends.base import ModelInfo
+from compressor.backends.onnx import handlers  # noqa: F401  (registers the handlers)
 from compressor.backends.post_training import PostTrainingBackend, image_layout_of
-from compressor.errors import ModelLoadError, RecipeError
+from compressor.errors import ModelLoadError
 
 if TYPE_CHECKING:
-    from compressor.context import Context, ModelState
+    from compressor.context import ModelState
     from compressor.tensors import Arrays
 
 
 class OnnxBackend(PostTrainingBackend):
     name = "onnx"
-    export_formats = ("onnx",)
 
     def __init__(self) -> None:
         self.image_layout = "NHWC"   # until `load` reads the model's input shape
@@ -63,13 +62,3 @@ class OnnxBackend(PostTrainingBackend):
         from compressor.backends.onnx.model import quantizable_nodes
 
         return quantizable_nodes(state.model.proto)
-
-    def export(self, state: ModelState, fmt: str, path: Path, ctx: Context) -> Path:
-        if fmt != "onnx":
-            raise RecipeError(f"the onnx backend cannot write {fmt}: a {fmt} file cannot be made "
-                              "from an ONNX model here; export onnx (--format onnx)")
-        from compressor.backends.onnx.export import onnx_artifact
-
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return onnx_artifact(state.model, state, path, ctx)

@@ -1,9 +1,10 @@
-"""A float ONNX graph -> the .onnx artifact a recipe asks for: as it is, float16 weights
-(float32 I/O), or int8 with onnxruntime's quantization tools (export/onnx_quant.py):
+"""A float ONNX graph -> the .onnx artifact of a scheme: as it is (float32), float16
+weights (float32 I/O), or int8 with onnxruntime's quantization tools (export/onnx_quant.py):
 static QDQ calibrated on training samples (ptq), dynamic, or weight-only.
 
 Used by the ONNX backend and by the SavedModel backend (on the float32 ONNX that tf2onnx
-makes from the SavedModel).
+makes from the SavedModel), whose handlers both come from `onnx/handlers.py`'s
+`register_onnx_route`.
 """
 from __future__ import annotations
 
@@ -15,50 +16,51 @@ import numpy as np
 
 from compressor.backends.onnx.model import OnnxModel, describe_onnx
 from compressor.backends.training_data import calibration_samples
-from compressor.errors import DataError, RecipeError
+from compressor.errors import DataError
 from compressor.export.onnx import float16_onnx, save_checked_onnx
-from compressor.steps import PrecisionConfig, QuantizeConfig
 from compressor.tensors import matched
 
 if TYPE_CHECKING:
-    from compressor.context import Context, ModelState
+    from compressor.context import Context
+    from compressor.schemes import Float16, Int8Scheme
 
 CALIBRATION_BATCH = 32
 
 
-def onnx_artifact(model: OnnxModel, state: ModelState, path: Path, ctx: Context) -> Path:
-    """Write the artifact for `state`'s recorded steps at `path`."""
-    log = Path(ctx.workdir) / "logs" / "onnx-export.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    quantize, precision = state.last(QuantizeConfig), state.last(PrecisionConfig)
-    if quantize is not None:
-        return _int8(model, quantize, state.float_layers, path, ctx, log)
-    proto = copy.deepcopy(model.proto)
-    if precision is not None:
-        proto = float16_onnx(proto, precision)
-    return save_checked_onnx(proto, path, log)
+def onnx_float32(model: OnnxModel, path: Path, ctx: Context) -> Path:
+    return save_checked_onnx(copy.deepcopy(model.proto), path, _log(ctx))
 
 
-def _int8(model: OnnxModel, quantize: QuantizeConfig, float_layers: tuple[str, ...],
-          path: Path, ctx: Context, log: Path) -> Path:
+def onnx_float16(model: OnnxModel, scheme: Float16, path: Path, ctx: Context) -> Path:
+    return save_checked_onnx(float16_onnx(copy.deepcopy(model.proto), scheme), path, _log(ctx))
+
+
+def onnx_int8(model: OnnxModel, scheme: Int8Scheme, float_layers: tuple[str, ...], path: Path,
+              ctx: Context) -> Path:
+    """onnxruntime's int8 of the float graph in the scheme's mode (static QDQ calibrated on
+    training samples, dynamic or weight-only); `float_layers` stay float."""
     from compressor.export.onnx_int8 import quantize_file
 
-    if quantize.mode == "qat":
-        raise RecipeError(f"quantize mode {quantize.mode} needs training; use mode: ptq")
-    quantize_file(model.float32_file(Path(ctx.workdir)), path, quantize.mode,
-                  lambda: _calibration(model, quantize, ctx), float_layers)
+    quantize_file(model.float32_file(Path(ctx.workdir)), path, scheme.method,
+                  lambda: _calibration(model, scheme, ctx), float_layers)
     if float_layers:
         import onnx
 
         from compressor.export.onnx_mixed import keep_float_kernels
 
         proto = onnx.load(str(path))
-        keep_float_kernels(proto, quantize.fallback_dtype)
-        save_checked_onnx(proto, path, log)
+        keep_float_kernels(proto, scheme.fallback_dtype)
+        save_checked_onnx(proto, path, _log(ctx))
     return path
 
 
-def _calibration(model: OnnxModel, quantize: QuantizeConfig,
+def _log(ctx: Context) -> Path:
+    log = Path(ctx.workdir) / "logs" / "onnx-export.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    return log
+
+
+def _calibration(model: OnnxModel, scheme: Int8Scheme,
                  ctx: Context) -> list[dict[str, np.ndarray]]:
     """Calibration batches keyed by the graph's input names; a graph with a fixed batch size
     gets batches of exactly that size."""
@@ -66,7 +68,7 @@ def _calibration(model: OnnxModel, quantize: QuantizeConfig,
 
     inputs = describe_onnx(model).inputs
     names = [spec.name for spec in inputs]
-    arrays = dict(zip(names, matched(calibration_samples(ctx, quantize.calibration_samples),
+    arrays = dict(zip(names, matched(calibration_samples(ctx, scheme.calibration_samples),
                                      names)))
     fixed = _fixed_batch(model)
     if fixed:

@@ -12,27 +12,30 @@ Keras backend instead, with every recipe available.
 - fp16: float16 weights, float32 I/O, in both formats.
 - dynamic / weight_only: ONNX only. Training steps and `fallback: auto` are refused.
 
+The handler table (one registration per scheme and format) is handlers.py.
+
 A separate backend rather than a Keras one: it shares no code path with tf_keras models
 (no layers, no tfmot), only TensorFlow's lazy import and the tf2onnx call.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compressor.backends.base import ModelInfo
 from compressor.backends.post_training import PostTrainingBackend, image_layout_of
-from compressor.errors import ModelLoadError, RecipeError
+from compressor.backends.saved_model import handlers  # noqa: F401  (registers the handlers)
+from compressor.errors import ModelLoadError
 
 if TYPE_CHECKING:
-    from compressor.context import Context, ModelState
-    from compressor.steps import QuantizeConfig
+    from compressor.context import ModelState
     from compressor.tensors import Arrays
 
 
 class SavedModelBackend(PostTrainingBackend):
+    """Export through the handler table (a SchemeExporter, via PostTrainingBackend); the
+    refusals of what a SavedModel cannot do are its int8 apply handlers (handlers.py)."""
+
     name = "saved_model"
-    export_formats = ("tflite", "onnx")
 
     def __init__(self) -> None:
         self.image_layout = "NHWC"   # TensorFlow's own; `load` checks the signature
@@ -61,26 +64,6 @@ class SavedModelBackend(PostTrainingBackend):
 
         return predict_saved_model(model, x, batch_size)
 
-    def quantize(self, state: ModelState, config: QuantizeConfig, ctx: Context) -> ModelState:
-        if config.fallback == "auto":
-            raise RecipeError("quantize fallback: auto is not available for SavedModels (their "
-                              "layers cannot be named for the converters); use the int8 recipe, "
-                              "or convert the model to .onnx and compress that")
-        return super().quantize(state, config, ctx)
-
     def quantizable_layers(self, state: ModelState) -> list[str]:
         """None: a SavedModel's ops have no layer names the converters could keep float."""
         return []
-
-    def export(self, state: ModelState, fmt: str, path: Path, ctx: Context) -> Path:
-        from compressor.backends.saved_model import convert
-
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if fmt == "tflite":
-            return convert.tflite_from_saved_model(state.model, state, path, ctx)
-        if fmt == "onnx":
-            from compressor.backends.onnx.export import onnx_artifact
-
-            return onnx_artifact(convert.float32_onnx(state.model, ctx), state, path, ctx)
-        raise RecipeError(f"cannot export to {fmt!r}; a SavedModel exports tflite and onnx")

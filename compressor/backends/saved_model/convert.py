@@ -5,6 +5,8 @@
 - ONNX: tf2onnx on the SavedModel (what `python -m tf2onnx.convert --saved-model` does)
   gives the float32 graph, then the ONNX backend's route: as it is, float16, or int8 with
   onnxruntime's quantization tools (static QDQ calibrated on the same samples).
+
+One function per scheme; saved_model/handlers.py registers them.
 """
 from __future__ import annotations
 
@@ -14,36 +16,43 @@ from typing import TYPE_CHECKING, Any
 from compressor.backends.saved_model.model import SIGNATURE, SavedModel, input_feeds
 from compressor.backends.training_data import calibration_samples
 from compressor.errors import RecipeError
-from compressor.steps import PrecisionConfig, QuantizeConfig
 
 if TYPE_CHECKING:
     from compressor.backends.onnx.model import OnnxModel
-    from compressor.context import Context, ModelState
+    from compressor.context import Context
+    from compressor.schemes import Float16, Int8Scheme
 
 
-def tflite_from_saved_model(model: SavedModel, state: ModelState, path: Path,
-                            ctx: Context) -> Path:
-    quantize, precision = state.last(QuantizeConfig), state.last(PrecisionConfig)
-    if quantize is not None and quantize.mode != "ptq":
-        raise RecipeError(f"quantize mode {quantize.mode} is made for SavedModels in ONNX only; "
-                          "use --format onnx, or mode: ptq")
-    if precision is not None and (precision.exclude or not precision.keep_io_types):
+def tflite_float32(model: SavedModel, path: Path, ctx: Context) -> Path:
+    return _write(model, path, ctx, "float32", lambda converter, tf: None)
+
+
+def tflite_float16(model: SavedModel, scheme: Float16, path: Path, ctx: Context) -> Path:
+    """float16 weights, float32 I/O: the converter has no per-layer or I/O choice here."""
+    if scheme.exclude or not scheme.keep_io_types:
         raise RecipeError("precision exclude / keep_io_types: false are not available for "
                           "SavedModel TFLite files; remove them, or use --format onnx")
-    samples = None
-    if quantize is not None:
-        samples = input_feeds(model, calibration_samples(ctx, quantize.calibration_samples))
 
     def configure(converter: Any, tf: Any) -> None:
-        if quantize is not None or precision is not None:
-            converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        if precision is not None:
-            converter.target_spec.supported_types = [tf.float16]
-        if samples is not None:   # full int8 compute, float32 inputs and outputs
-            converter.representative_dataset = _representative(samples)
-            converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.target_spec.supported_types = [tf.float16]
 
-    kind = "int8" if quantize is not None else "float16" if precision is not None else "float32"
+    return _write(model, path, ctx, "float16", configure)
+
+
+def tflite_int8(model: SavedModel, scheme: Int8Scheme, path: Path, ctx: Context) -> Path:
+    """Full int8 compute calibrated on `calibration_samples` training inputs, float32 I/O."""
+    samples = input_feeds(model, calibration_samples(ctx, scheme.calibration_samples))
+
+    def configure(converter: Any, tf: Any) -> None:
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.representative_dataset = _representative(samples)
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+
+    return _write(model, path, ctx, "int8", configure)
+
+
+def _write(model: SavedModel, path: Path, ctx: Context, kind: str, configure) -> Path:
     path.write_bytes(_convert(model, ctx, kind, configure))
     return path
 

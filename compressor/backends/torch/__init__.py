@@ -1,5 +1,5 @@
 """The PyTorch backend: nn.Modules and .pt2 programs; torchao PT2E for int8, torch.onnx and
-litert-torch for export.
+litert-torch for export (the scheme handlers in handlers.py).
 
 torch is imported only by this package's modules, which the methods import when they run,
 so constructing a TorchBackend (and `import compressor`) stays free. Every method works on
@@ -7,26 +7,24 @@ copies: the caller's module and files are never modified.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from compressor.backends.base import ModelInfo
+from compressor.backends.base import ModelInfo, SchemeExporter
+from compressor.backends.torch import handlers  # noqa: F401  (registers the handlers)
 from compressor.backends.torch.env import require
-from compressor.errors import BackendUnavailableError, ModelLoadError
-from compressor.export import FORMATS
 
 if TYPE_CHECKING:
     from compressor.backends.base import UserTraining
     from compressor.context import Context, ModelState
-    from compressor.steps import (DistillConfig, PrecisionConfig, PruneConfig, QuantizeConfig,
-                                  StepConfig)
-
-ONNX_EXAMPLE_ROWS = 2   # the dynamo exporter keeps a batch of 2+ dynamic (1 is specialized)
+    from compressor.steps import DistillConfig, PruneConfig, StepConfig
 
 
-class TorchBackend:
+class TorchBackend(SchemeExporter):
+    """Model I/O, pruning, distillation, layer selection and user loops for PyTorch; the
+    schemes' apply / export handlers are in handlers.py."""
+
     name = "torch"
     image_layout = "NCHW"
 
@@ -63,17 +61,6 @@ class TorchBackend:
 
         return state.replace(model=pruned_model(state, config, ctx))
 
-    def quantize(self, state: ModelState, config: QuantizeConfig, ctx: Context) -> ModelState:
-        """A PT2E graph whose fake-quant modules (qat, fine-tuned) or observers (ptq,
-        calibrated) hold the int8 ranges; export converts it."""
-        from compressor.backends.torch.quant import ptq_model, qat_model
-
-        if config.mode in ("dynamic", "weight_only"):
-            return state   # no ranges to learn: the exporters quantize the float model
-        model = qat_model(state, config, ctx) if config.mode == "qat" else \
-            ptq_model(state, config, ctx)
-        return state.replace(model=model)
-
     def quantizable_layers(self, state: ModelState) -> list[str]:
         """Conv / Linear module names: what quantize fallback may keep float (set_module_name)."""
         from compressor.backends.torch.quant import kernel_module_names
@@ -85,28 +72,6 @@ class TorchBackend:
         from compressor.backends.torch.distill import distilled_model
 
         return state.replace(model=distilled_model(state, config, ctx))
-
-    def to_precision(self, state: ModelState, config: PrecisionConfig, ctx: Context) -> ModelState:
-        # The model stays float32; the exporters store float16 weights behind float32 I/O.
-        return state
-
-    def export(self, state: ModelState, fmt: str, path: Path, ctx: Context) -> Path:
-        from compressor.backends.torch.infer import example_input
-
-        if state.model is None:
-            raise ModelLoadError("there is no model to export; load one first")
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if fmt == "onnx":
-            from compressor.backends.torch.onnx import onnx_from_torch
-
-            return onnx_from_torch(state, path, ctx, example_input(ctx, ONNX_EXAMPLE_ROWS))
-        if fmt == "tflite":
-            from compressor.backends.torch.tflite import tflite_from_torch
-
-            return tflite_from_torch(state, path, ctx, example_input(ctx, 1))
-        raise BackendUnavailableError(f"cannot export to {fmt!r}; the formats are "
-                                      f"{', '.join(FORMATS)}")
 
     def start_user_training(self, state: ModelState, step: StepConfig | None, ctx: Context,
                             steps_per_epoch: int | None = None) -> UserTraining:

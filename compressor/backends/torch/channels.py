@@ -67,7 +67,8 @@ def channel_pruned(state: ModelState, config: PruneConfig, ctx: Context) -> Mode
         model_after={"params": _params(pruned), "macs": torch_macs(pruned, example)},
         attention_heads=heads[0],
         kept_whole=tuple({"layers": [name], "reason": reason} for name, reason in kept_whole))
-    return state.replace(model=pruned.eval()).with_section(section)
+    ctx.record.add_section(section)
+    return state.replace(model=pruned.eval())
 
 
 def _prune(model: torch.nn.Module, example: tuple[torch.Tensor, ...], ratio: float,

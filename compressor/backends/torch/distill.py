@@ -1,7 +1,8 @@
 """Knowledge distillation for PyTorch: the student trains on a frozen teacher's soft targets.
 
-The KD loss itself lives in the one training loop (torch_train.distillation_loss), which
-pruning and QAT also use while a distill step is active.
+The KD loss and the keep-zeros rule are framework-neutral (backends/training_rules.py); the
+one training loop (torch_train.distillation_loss) applies the loss, which pruning and QAT also
+use while a distill step guides them.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import torch
 from compressor.backends.torch.load import clone_module
 from compressor.backends.torch.prune import apply_masks, kernel_parameters, zero_masks
 from compressor.backends.torch.train import fine_tune
-from compressor.steps import PruneConfig
+from compressor.backends.training_rules import keeps_pruned_zeros
 
 if TYPE_CHECKING:
     from compressor.context import Context, ModelState
@@ -27,6 +28,6 @@ def distilled_model(state: ModelState, config: DistillConfig, ctx: Context) -> t
     """
     working = clone_module(state.model)
     kernels = kernel_parameters(working)
-    masks = zero_masks(kernels) if state.last(PruneConfig) is not None else {}
+    masks = zero_masks(kernels) if keeps_pruned_zeros(state, config) else {}
     return fine_tune(working, config, ctx, "distilling from the teacher",
                      after_step=lambda step: apply_masks(kernels, masks), distill=config)

@@ -18,12 +18,14 @@ from compressor.backends.torch.prune import apply_masks, kernel_parameters, zero
 from compressor.backends.torch.io import as_tensors, exportable
 from compressor.backends.torch.train import fine_tune, graph_has_op, is_exported, set_mode
 from compressor.backends.training_data import calibration_samples, training_inputs
+from compressor.backends.training_rules import keeps_pruned_zeros
 from compressor.tensors import take
 from compressor.errors import BackendUnavailableError, first_line
-from compressor.steps import DistillConfig, PruneConfig
+from compressor.steps import DistillConfig
 
 if TYPE_CHECKING:
     from compressor.context import Context, ModelState
+    from compressor.schemes import Int8Scheme
     from compressor.tensors import Arrays
     from compressor.steps import QuantizeConfig
 
@@ -33,7 +35,8 @@ CALIBRATION_BATCH = 32
 
 def qat_model(state: ModelState, config: QuantizeConfig, ctx: Context) -> torch.fx.GraphModule:
     """A prepared (fake-quant) copy of the model, fine-tuned for `config.epochs` (with the
-    teacher's KD loss after a distill step); pruned zeros stay zero after a prune step."""
+    teacher's KD loss after a distill step); pruned zeros stay zero after a prune step.
+    `config` is the qat step (the Int8Qat scheme's `.training`)."""
     description = "int8 quantization-aware training"
     x, _ = training_inputs(ctx, description)
     exported = exported_for_quantization(clone_module(state.model),
@@ -52,23 +55,17 @@ def qat_model(state: ModelState, config: QuantizeConfig, ctx: Context) -> torch.
     kernels = kernel_parameters(prepared)
     # Pruned weights are exactly zero; re-zeroing them after each step keeps the sparsity,
     # and symmetric int8 weights then store them as exact zeros too.
-    masks = zero_masks(kernels) if preserves_zeros(state, config) else {}
+    masks = zero_masks(kernels) if keeps_pruned_zeros(state, config) else {}
     fine_tune(prepared, config, ctx, description,
               after_step=lambda step: apply_masks(kernels, masks), distill=state.last(DistillConfig),
               freeze_bn_after=config.freeze_bn_after)
     return prepared
 
 
-def preserves_zeros(state: ModelState, config: QuantizeConfig) -> bool:
-    """QAT keeps pruned weights at zero after a prune step, unless the recipe says not to."""
-    prune = state.last(PruneConfig)
-    return config.preserve_sparsity and prune is not None and prune.leaves_zeros
-
-
-def ptq_model(state: ModelState, config: QuantizeConfig, ctx: Context) -> torch.fx.GraphModule:
-    """A prepared copy of the model whose observers saw `config.calibration_samples` inputs;
+def ptq_model(state: ModelState, scheme: Int8Scheme, ctx: Context) -> torch.fx.GraphModule:
+    """A prepared copy of the model whose observers saw `scheme.calibration_samples` inputs;
     the modules named in `state.float_layers` are left unannotated, so they stay float."""
-    samples = calibration_samples(ctx, config.calibration_samples)
+    samples = calibration_samples(ctx, scheme.calibration_samples)
     exported = exported_for_quantization(clone_module(state.model),
                                          take(samples, slice(0, EXAMPLE_ROWS)), ctx)
     quantizer = xnnpack_quantizer(is_qat=False)

@@ -1,4 +1,6 @@
-"""PyTorch model state -> .tflite with litert-torch: float32, float16 weights, or full int8.
+"""PyTorch model state -> .tflite with litert-torch: float32, float16 weights, full int8
+(ptq / qat), or int8 weights (dynamic / weight_only); one function per scheme, which the
+handlers in handlers.py call.
 
 The artifact has a batch of 1, as on device: litert-torch 0.10 cannot lower a dynamic batch
 through flatten / view. LiteRT runs larger batches row by row.
@@ -23,42 +25,73 @@ from compressor.backends.torch.io import as_tensors, exportable
 from compressor.backends.torch.train import set_mode
 from compressor.tensors import take
 from compressor.errors import BackendUnavailableError, first_line
-from compressor.export.tflite import (POST_TRAINING_RECIPES, float16_weights, int8_weights,
-                                      renamed_signature)
+from compressor.export.tflite import float16_weights, int8_weights, renamed_signature
 from compressor.quiet import captured_native_output, log_tail
-from compressor.steps import PrecisionConfig, QuantizeConfig
 
 if TYPE_CHECKING:
     from compressor.context import Context, ModelState
+    from compressor.schemes import Float16, Int8Scheme
     from compressor.tensors import Arrays
 
 CONVERT_ERRORS = (RuntimeError, TypeError, ValueError, NotImplementedError, KeyError,
                   AttributeError, IndexError)
 
 
-def tflite_from_torch(state: ModelState, path: Path, ctx: Context, example: Arrays) -> Path:
+def tflite_float32(state: ModelState, path: Path, ctx: Context, example: Arrays) -> Path:
     import_litert_torch()
+    names, sample, log = _inputs(state, ctx, example)
+    content = _float_converted(state, names, sample, log, None, "float32")
+    return _written(content, path, ctx, names, sample)
+
+
+def tflite_float16(state: ModelState, scheme: Float16, path: Path, ctx: Context,
+                   example: Arrays) -> Path:
+    import_litert_torch()
+    names, sample, log = _inputs(state, ctx, example)
+    content = _float_converted(state, names, sample, log, _float16_config(scheme), "float16")
+    return _written(content, path, ctx, names, sample)
+
+
+def tflite_int8_static(state: ModelState, scheme: Int8Scheme, path: Path, ctx: Context,
+                       example: Arrays) -> Path:
+    """ptq / qat: the PT2E graph converted with its q/dq ops, which carry the int8 ranges."""
+    import_litert_torch()
+    names, sample, log = _inputs(state, ctx, example)
+    float_io = scheme.io_dtype == "float32"
+    module = converted(state.model, fold_quantize=False)
+    content = _convert(module, sample, _static_int8_config(), log, "int8", float_io)
+    if float_io:
+        _require_float_io(content)
+    if state.float_layers and scheme.fallback_dtype == "float16":
+        # In an int8 model every float32 kernel weight is one of the fallback's layers.
+        content = float16_weights(content, lambda weight: True)
+    return _written(content, path, ctx, names, sample)
+
+
+def tflite_int8_weights(state: ModelState, scheme: Int8Scheme, path: Path, ctx: Context,
+                        example: Arrays) -> Path:
+    """dynamic / weight_only: the float model converted, its weights int8 by ai-edge-quantizer."""
+    import_litert_torch()
+    names, sample, log = _inputs(state, ctx, example)
+    content = int8_weights(_float_converted(state, names, sample, log, None, "float32"),
+                           scheme.method)
+    return _written(content, path, ctx, names, sample)
+
+
+def _inputs(state: ModelState, ctx: Context, example: Arrays) -> tuple[list[str], tuple, Path]:
+    """The model's input names, its one-row tracing sample, and the converter's log."""
     names = [spec.name for spec in ctx.inputs] or ["input"]
     sample = tuple(as_tensors(state.model, take(example, slice(0, 1)), names))
-    log = Path(ctx.workdir) / "logs" / "tflite-convert.log"
-    quantize, precision = state.last(QuantizeConfig), state.last(PrecisionConfig)
-    if quantize is not None and quantize.mode in POST_TRAINING_RECIPES:
-        set_mode(state.model, training=False)
-        content = int8_weights(_convert(exportable(state.model, list(sample), names), sample,
-                                        None, log, "float32"), quantize.mode)
-    elif quantize is not None:
-        float_io = quantize.io_dtype == "float32"
-        module, kind = converted(state.model, fold_quantize=False), "int8"
-        content = _convert(module, sample, _static_int8_config(), log, kind, float_io)
-        if float_io:
-            _require_float_io(content)
-        if state.float_layers and quantize.fallback_dtype == "float16":
-            # In an int8 model every float32 kernel weight is one of the fallback's layers.
-            content = float16_weights(content, lambda weight: True)
-    else:
-        set_mode(state.model, training=False)
-        config, kind = (_float16_config(precision), "float16") if precision else (None, "float32")
-        content = _convert(exportable(state.model, list(sample), names), sample, config, log, kind)
+    return names, sample, Path(ctx.workdir) / "logs" / "tflite-convert.log"
+
+
+def _float_converted(state: ModelState, names: list[str], sample: tuple, log: Path,
+                     quant_config: Any, kind: str) -> bytes:
+    set_mode(state.model, training=False)
+    return _convert(exportable(state.model, list(sample), names), sample, quant_config, log, kind)
+
+
+def _written(content: bytes, path: Path, ctx: Context, names: list[str], sample: tuple) -> Path:
     # litert-torch numbers the signature's entries args_0.. / output_0.. in the model's order
     outputs = [spec.name for spec in ctx.outputs] or ["output"]
     numbered = {**{f"args_{i}": name for i, name in enumerate(names[:len(sample)])},
@@ -91,11 +124,11 @@ def _static_int8_config() -> Any:
     return QuantConfig(pt2e_quantizer=flag)
 
 
-def _float16_config(precision: Any) -> Any:
-    if precision.exclude:
+def _float16_config(scheme: Float16) -> Any:
+    if scheme.exclude:
         raise BackendUnavailableError("the TFLite float16 conversion cannot keep chosen layers in "
                                       "float32; remove `exclude` or export onnx only")
-    if not precision.keep_io_types:
+    if not scheme.keep_io_types:
         raise BackendUnavailableError("TFLite float16 artifacts always keep float32 inputs and "
                                       "outputs; set keep_io_types: true or export onnx only")
     # Weight-only float16 (a DEQUANTIZE per weight), applied by ai-edge-quantizer after

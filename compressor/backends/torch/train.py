@@ -25,7 +25,11 @@ from compressor.backends.torch.epochs import EpochJudge, freeze_batch_norm, opti
 from compressor.backends.torch.feature_distill import feature_distillation
 from compressor.backends.torch.io import as_tensors, selected_output
 from compressor.backends.training_data import training_inputs
-from compressor.errors import DataError, RecipeError
+from compressor.backends.training_rules import (CROSS_ENTROPY_ON_PROBABILITIES, MSE,
+                                                PROBE_SAMPLES, ArrayOps, as_logits,
+                                                outputs_probabilities, require_teacher, task_loss)
+from compressor.backends.training_rules import distillation_loss as kd_loss
+from compressor.errors import DataError
 
 if TYPE_CHECKING:
     from compressor.context import Context
@@ -33,7 +37,12 @@ if TYPE_CHECKING:
 
 configure_environment()
 
-PROBE_SAMPLES = 64   # how many inputs decide whether a model outputs probabilities or logits
+# training_rules' array operations in PyTorch: classes on dim 1 (as in cross_entropy), the
+# loss averaged over the batch.
+TORCH_OPS = ArrayOps(log=torch.log, maximum=torch.clamp_min, exp=torch.exp,
+                     log_softmax=lambda x: torch.nn.functional.log_softmax(x, dim=1),
+                     class_sum=lambda x: x.sum(dim=1), batch_mean=torch.mean,
+                     mse=torch.nn.functional.mse_loss)
 
 
 @dataclass
@@ -80,12 +89,11 @@ def fine_tune(model: torch.nn.Module, config: TrainingConfig, ctx: Context, desc
     """Fine-tune `model` in place for up to `config.epochs`; `after_step(step)` runs after
     each update.
 
-    With labels the loss is cross-entropy (on log-probabilities when the model ends in a
-    softmax); without labels the model learns its own starting outputs (MSE), which keeps
-    it close to the original while masks or fake-quant change it. With `distill` the loss
-    is `distillation_loss` against `ctx.teacher`'s logits. Every step's rate is
-    fine_tuning.lr_at; each epoch is scored on the val split and recorded in the step's
-    history; the best epoch among those `eligible(steps_so_far)` accepts is kept
+    The loss is training_rules.task_loss's: with labels cross-entropy (on log-probabilities
+    when the model ends in a softmax), without labels MSE to the model's own starting
+    outputs. With `distill` it is `distillation_loss` against `ctx.teacher`'s logits. Every
+    step's rate is fine_tuning.lr_at; each epoch is scored on the val split and recorded in
+    the step's history; the best epoch among those `eligible(steps_so_far)` accepts is kept
     (keep_best), and early_stop ends training. BatchNorm statistics are frozen from epoch
     `freeze_bn_after` on (QAT).
     """
@@ -193,41 +201,25 @@ class Outputs:
 def _targets_and_loss(model: torch.nn.Module, inputs: list[torch.Tensor], y: np.ndarray | None,
                       read: Outputs):
     set_mode(model, training=False)
-    if y is None:
+    kind = task_loss(y is not None, lambda: _outputs_probabilities(read.probe(model, inputs)))
+    if kind == MSE:
         return (read.of(model, inputs),), torch.nn.functional.mse_loss
     labels = torch.from_numpy(np.asarray(y, dtype=np.int64))
-    if _outputs_probabilities(read.probe(model, inputs)):
+    if kind == CROSS_ENTROPY_ON_PROBABILITIES:
         return (labels,), lambda probs, target: torch.nn.functional.nll_loss(
-            torch.log(probs.clamp_min(1e-12)), target)
+            as_logits(TORCH_OPS, probs, True), target)
     return (labels,), torch.nn.functional.cross_entropy
 
 
 def distillation_loss(config: DistillConfig, hard_loss: Callable | None,
                       student_probabilities: bool) -> Callable[..., torch.Tensor]:
-    """alpha * T^2 * KL(softmax(t/T) || softmax(s/T)) + (1 - alpha) * hard_loss.
-
-    Called as loss(outputs, labels, teacher_logits), or loss(outputs, teacher_logits) when
-    there are no labels; then the loss is the teacher term only, as MSE on logits (no labels
-    may mean regression). `loss: mse` swaps the KL for MSE on logits. Classes are dim 1,
-    as in cross_entropy.
-    """
-    functional = torch.nn.functional
-    temperature, alpha = config.temperature, config.alpha
-    kind = config.loss if hard_loss is not None else "mse"
+    """training_rules.distillation_loss as loss(outputs, labels, teacher_logits), or
+    loss(outputs, teacher_logits) when there are no labels (`hard_loss` None);
+    `hard_loss(outputs, labels)`. Classes are dim 1, as in cross_entropy."""
+    rule = kd_loss(TORCH_OPS, config, hard_loss, student_probabilities)
 
     def loss(outputs: torch.Tensor, *targets: torch.Tensor) -> torch.Tensor:
-        teacher = targets[-1]
-        student = torch.log(outputs.clamp_min(1e-12)) if student_probabilities else outputs
-        if kind == "kl":
-            soft_targets = functional.log_softmax(teacher / temperature, dim=1)
-            soft_student = functional.log_softmax(student / temperature, dim=1)
-            term = temperature ** 2 * (soft_targets.exp() * (soft_targets - soft_student)
-                                       ).sum(dim=1).mean()
-        else:
-            term = functional.mse_loss(student, teacher)
-        if hard_loss is None:
-            return term
-        return alpha * term + (1.0 - alpha) * hard_loss(outputs, targets[0])
+        return rule(outputs, targets[-1], targets[0] if hard_loss is not None else None)
 
     return loss
 
@@ -235,14 +227,10 @@ def distillation_loss(config: DistillConfig, hard_loss: Callable | None,
 def teacher_logits(teacher: torch.nn.Module, inputs: list[torch.Tensor],
                    read: Outputs = Outputs()) -> torch.Tensor:
     """The frozen teacher's logits for `inputs`, once, in inference mode (log of probabilities)."""
-    if teacher is None:
-        raise RecipeError("distillation needs a teacher model; pass --teacher MODEL "
-                          "(or teacher=... in Python)")
+    require_teacher(teacher)
     set_mode(teacher, training=False)
     logits = read.of(teacher, inputs).float()
-    if _outputs_probabilities(read.probe(teacher, inputs)):
-        return torch.log(logits.clamp_min(1e-12))
-    return logits
+    return as_logits(TORCH_OPS, logits, _outputs_probabilities(read.probe(teacher, inputs)))
 
 
 def _distillation_targets_and_loss(model: torch.nn.Module, inputs: list[torch.Tensor],
@@ -251,15 +239,12 @@ def _distillation_targets_and_loss(model: torch.nn.Module, inputs: list[torch.Te
     soft = teacher_logits(teacher, inputs, read)
     set_mode(model, training=False)
     student_probabilities = _outputs_probabilities(read.probe(model, inputs))
-    if y is None:
+    if y is None:   # the teacher term alone
         return (soft,), distillation_loss(config, None, student_probabilities)
     (labels,), hard_loss = _targets_and_loss(model, inputs, y, read)
     return (labels, soft), distillation_loss(config, hard_loss, student_probabilities)
 
 
 def _outputs_probabilities(out: torch.Tensor) -> bool:
-    """True when the model ends in a softmax: outputs in [0, 1] whose rows sum to 1."""
-    if out.ndim < 2 or out.shape[1] < 2:
-        return False
-    return bool(out.min() >= 0 and out.max() <= 1
-                and torch.allclose(out.sum(dim=1), torch.ones(()), atol=1e-3))
+    """training_rules.outputs_probabilities of a probe's outputs (classes on dim 1)."""
+    return outputs_probabilities(out.detach().float().cpu().numpy(), class_axis=1)

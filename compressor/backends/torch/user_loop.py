@@ -17,11 +17,11 @@ from compressor.backends.torch.load import clone_module
 from compressor.backends.torch.prune import (ScheduledMasks, SparsitySchedule, apply_masks,
                                              kernel_parameters, magnitude_masks, prunable_kernels,
                                              zero_masks)
-from compressor.backends.torch.quant import preserves_zeros, qat_model
+from compressor.backends.torch.quant import qat_model
 from compressor.backends.training_data import steps_per_epoch
+from compressor.backends.training_rules import PROBE_SAMPLES, keeps_pruned_zeros
 from compressor.backends.torch.io import as_tensors, selected_output
 from compressor.backends.torch.train import (
-    PROBE_SAMPLES,
     Outputs,
     _distillation_targets_and_loss,
     _targets_and_loss,
@@ -73,7 +73,7 @@ def start_user_training(state: ModelState, step: StepConfig | None, ctx: Context
         graph = qat_model(state, step.model_copy(update={"epochs": 0}), ctx)
         model = ExportedForTraining(graph)
         kernels = kernel_parameters(graph)
-        masks = (kernels, zero_masks(kernels) if preserves_zeros(state, step) else {})
+        masks = (kernels, zero_masks(kernels) if keeps_pruned_zeros(state, step) else {})
 
         def after_step(_step: int) -> None:
             apply_masks(*masks)   # pruned weights stay exactly zero
@@ -99,7 +99,7 @@ def end_user_training(training: UserTraining, ctx: Context) -> ModelState:
         return state.replace(model=model)
     if kind == "quantize":
         apply_masks(*training.backend_state)   # in case the last optimizer step had no run.step()
-        return state.replace(model=model.graph)
+        return state.replace(model=model.graph)   # training_run sets the qat scheme
     return state.replace(model=model)
 
 

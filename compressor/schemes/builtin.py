@@ -1,0 +1,96 @@
+"""The built-in schemes: float32 (no step), float16 (a precision step), and int8 in four
+modes (a quantize step). Room for more: an int4 weight-only scheme is a class here (or in
+its own module) with `dtype = "int4"`, `weight_bits = 4` and a `group_size` field, plus its
+handlers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from compressor.schemes.base import Scheme, register_scheme
+
+
+@dataclass(frozen=True)
+class Float32(Scheme):
+    """The model as trained: no quantize or precision step."""
+
+    name: ClassVar[str] = "float32"
+    dtype: ClassVar[str] = "float32"
+    weight_bits: ClassVar[int] = 32
+
+
+@dataclass(frozen=True)
+class Float16(Scheme):
+    """float16 weights (a precision step), float32 I/O unless keep_io_types is false."""
+
+    name: ClassVar[str] = "float16"
+    dtype: ClassVar[str] = "float16"
+    weight_bits: ClassVar[int] = 16
+    exclude: tuple[str, ...] = ()        # layer-name patterns kept in float32
+    keep_io_types: bool = True
+
+
+@dataclass(frozen=True)
+class Int8Scheme(Scheme):
+    """What every int8 mode shares; a quantize step's keys of the same name fill it."""
+
+    dtype: ClassVar[str] = "int8"
+    weight_bits: ClassVar[int] = 8
+    integer: ClassVar[bool] = True
+    # How the built-in converters and quantizers make it (ptq, qat, dynamic, weight_only): a
+    # scheme subclassing a built-in one inherits this with its handlers, whatever its name.
+    method: ClassVar[str]
+    calibration_samples: int = 256
+    io_dtype: str = "float32"
+    fallback: str = "none"               # auto: the fallback search may keep layers float
+    fallback_dtype: str = "float16"
+
+
+@register_scheme
+@dataclass(frozen=True)
+class Int8Static(Int8Scheme):
+    """Weights and activations int8, ranges calibrated on training samples."""
+
+    name: ClassVar[str] = "ptq"
+    method: ClassVar[str] = "ptq"
+    report_name: ClassVar[str] = "static"
+    int8_compute: ClassVar[bool] = True
+
+
+@register_scheme
+@dataclass(frozen=True)
+class Int8Qat(Int8Scheme):
+    """Weights and activations int8, ranges learned by fine-tuning with fake-quant.
+    `training` is the step itself: its epochs, lr, preserve_sparsity, freeze_bn_after."""
+
+    name: ClassVar[str] = "qat"
+    method: ClassVar[str] = "qat"
+    int8_compute: ClassVar[bool] = True
+    training: Any = None
+
+    @classmethod
+    def from_step(cls, step: Any) -> Scheme:
+        scheme = super().from_step(step)
+        return cls(**{**scheme.__dict__, "training": step})
+
+
+@register_scheme
+@dataclass(frozen=True)
+class Int8Dynamic(Int8Scheme):
+    """int8 weights per channel; activations quantized at run time (transformers, RNNs)."""
+
+    name: ClassVar[str] = "dynamic"
+    method: ClassVar[str] = "dynamic"
+
+
+@register_scheme
+@dataclass(frozen=True)
+class Int8WeightOnly(Int8Scheme):
+    """int8 weights per channel, float compute (each weight dequantized at load time)."""
+
+    name: ClassVar[str] = "weight_only"
+    method: ClassVar[str] = "weight_only"
+
+
+FLOAT32 = Float32()
