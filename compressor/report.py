@@ -63,9 +63,9 @@ def build_report(session: Session, rows: list[dict[str, Any]], verdict: dict[str
         # each training step's epochs: loss, lr, val metric, the kept (best) epoch
         "history": [entry.as_dict() for entry in record.histories],
         "versions": package_versions(),
-        "failed_formats": record.failed_formats,
     }
     report.update(record.notes)   # user_loop (cz.prepare runs), sweep (what a sweep resumes by)
+    report["failed_formats"] = record.failed_formats
     for section in record.sections:
         report[section.key] = section.report(artifacts)
     return report

@@ -47,7 +47,6 @@ def mean_cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 MIN_WEIGHT_SHARE = 0.9        # below it an integer artifact fails the gate
-MIN_INT8_WEIGHT_SHARE = MIN_WEIGHT_SHARE
 MATRIX_ELEMENTS = 1024        # weights this large are matrices / tables quantization must cover
 PACKED_DTYPE_BITS = {"int4": 4, "uint4": 4}   # stored two to a byte; numpy has no such dtype
 
@@ -111,11 +110,11 @@ def evaluate_artifact(path, data, reference: np.ndarray, baseline: float,
         from compressor.runtimes.latency import measure_latency
 
         timing = measure_latency(path, take(x_val, slice(0, 1)), runtime.threads)
-    share, largest_float = int8_weight_share(info.weights)
+    share, largest_float = weight_share_at(info.weights, weight_bits)
+    int8_share = share if weight_bits == 8 else int8_weight_share(info.weights)[0]
     return {
-        "int8_weight_share": round(share, 6), "largest_float_weights": largest_float,
-        "weight_bits": weight_bits,
-        "weight_share_at_bits": round(weight_share_at(info.weights, weight_bits)[0], 6),
+        "int8_weight_share": round(int8_share, 6), "largest_float_weights": largest_float,
+        "weight_bits": weight_bits, "weight_share_at_bits": round(share, 6),
         "format": info.format, "path": info.path.name,
         "size_bytes": info.size_bytes, "gzip_bytes": info.gzip_bytes, "sha256": info.sha256,
         "metric_value": value, "drop": drop(metric, baseline, value),

@@ -111,24 +111,20 @@ class Planning(Protocol):
         """The model's tensor shapes and dtypes by kind, read from its config / headers."""
 
 
-CAPABILITY_NAMES = {Pruning: "prune", Distilling: "distill", LayerSelection: "name its layers"}
-
-
-def capable(backend: Any, capability: type, why: str) -> Any:
-    """`backend` if it has `capability`, else a RecipeError saying it cannot `why`."""
+def capable(backend: Any, capability: type, fix: str) -> Any:
+    """`backend` if it has `capability`, else a RecipeError naming the model kind and `fix`."""
     if isinstance(backend, capability):
         return backend
     from compressor.errors import RecipeError
 
-    raise RecipeError(f"{backend.name} models cannot {CAPABILITY_NAMES.get(capability, why)}: "
-                      f"{why}")
+    raise RecipeError(f"{backend.name} models have no {capability.__name__} capability: {fix}")
 
 
 class SchemeExporter:
     """`export` and `export_formats` for every model kind, from the handler table: the
     handler registered for (state.scheme, this kind, fmt) writes the file."""
 
-    name = "?"
+    name: str   # the model kind, set by the backend class
 
     @property
     def export_formats(self) -> tuple[str, ...]:

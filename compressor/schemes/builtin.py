@@ -5,6 +5,7 @@ handlers.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -71,8 +72,7 @@ class Int8Qat(Int8Scheme):
 
     @classmethod
     def from_step(cls, step: Any) -> Scheme:
-        scheme = super().from_step(step)
-        return cls(**{**scheme.__dict__, "training": step})
+        return dataclasses.replace(super().from_step(step), training=step)
 
 
 @register_scheme

@@ -27,14 +27,15 @@ from compressor.quiet import captured_native_output, log_tail
 
 if TYPE_CHECKING:
     from compressor.context import Context, ModelState
-    from compressor.schemes import Float16, Int8Scheme
+    from compressor.schemes import Float16, Float32, Int8Scheme
     from compressor.tensors import Arrays
 
 EXPORT_ERRORS = (RuntimeError, TypeError, ValueError, NotImplementedError, KeyError,
                  AttributeError)
 
 
-def onnx_float32(state: ModelState, path: Path, ctx: Context, example: Arrays) -> Path:
+def onnx_float32(state: ModelState, scheme: Float32, path: Path, ctx: Context,
+                 example: Arrays) -> Path:
     import_onnx()   # a typed error naming the package when onnx / onnxscript are missing
     log = _log(ctx)
     proto = _exported_proto(_float_model(state), example, log, "float32", ctx)

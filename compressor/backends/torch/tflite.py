@@ -30,14 +30,15 @@ from compressor.quiet import captured_native_output, log_tail
 
 if TYPE_CHECKING:
     from compressor.context import Context, ModelState
-    from compressor.schemes import Float16, Int8Scheme
+    from compressor.schemes import Float16, Float32, Int8Scheme
     from compressor.tensors import Arrays
 
 CONVERT_ERRORS = (RuntimeError, TypeError, ValueError, NotImplementedError, KeyError,
                   AttributeError, IndexError)
 
 
-def tflite_float32(state: ModelState, path: Path, ctx: Context, example: Arrays) -> Path:
+def tflite_float32(state: ModelState, scheme: Float32, path: Path, ctx: Context,
+                   example: Arrays) -> Path:
     import_litert_torch()
     names, sample, log = _inputs(state, ctx, example)
     content = _float_converted(state, names, sample, log, None, "float32")
