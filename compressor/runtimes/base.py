@@ -18,6 +18,7 @@ class WeightTensor:
     shape: tuple[int, ...]
     zeros: int                 # elements equal to zero (for quantized tensors: to the zero point)
     is_kernel: bool            # the weight input of a conv / depthwise conv / dense / matmul / gemm op
+    reader: str = ""           # "OP_TYPE name" of the first op reading it: names a tensor called `const__2`
 
     @property
     def size(self) -> int:
@@ -41,6 +42,7 @@ class ArtifactInfo:
     outputs: list[dict]
     est_peak_memory_bytes: int           # resident weights (with runtime copies) + activations + overhead
     macs: int = 0                        # multiply-accumulates of one sample in conv / dense / matmul ops
+    fixed_batch: int | None = None       # the batch size every call must have; None: dynamic
     weights: tuple[WeightTensor, ...] = field(default=(), repr=False)
 
 

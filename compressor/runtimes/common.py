@@ -192,6 +192,13 @@ def as_input_list(x, names: Sequence[str]) -> list[np.ndarray]:
     return arrays
 
 
+def fixed_batch_of(inputs: Sequence[Mapping]) -> int | None:
+    """The batch size every call needs when an artifact's inputs fix it (litert-torch exports
+    batch 1); None when it is dynamic (-1) or the inputs have no batch dimension."""
+    first = [int(io["shape"][0]) for io in inputs if io.get("shape")]
+    return None if not first or any(d < 1 for d in first) else first[0]
+
+
 def predict_in_batches(run: Callable[[list[np.ndarray]], list[np.ndarray]], inputs: list[np.ndarray],
                        batch_size: int, fixed_batch: int | None, output_names: Sequence[str]):
     """Run `run` over batches and join its outputs along axis 0.

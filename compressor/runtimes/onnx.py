@@ -22,6 +22,7 @@ from compressor.runtimes.common import (
     default_threads,
     file_facts,
     find_kernels,
+    fixed_batch_of,
     kernel_macs,
     peak_live_bytes,
     predict_in_batches,
@@ -56,20 +57,31 @@ def _onnx():
     return onnx
 
 
-class OnnxRuntime:
-    """A .onnx artifact in an onnxruntime CPU InferenceSession."""
+# onnxruntime's graph optimization levels, the default first: a file that crashes the runtime at
+# one level is retried at the next (runtimes/isolated.py)
+ORT_LEVELS = ("ORT_ENABLE_ALL", "ORT_ENABLE_EXTENDED", "ORT_ENABLE_BASIC", "ORT_DISABLE_ALL")
 
-    def __init__(self, path: Path, threads: int | None = None):
+
+class OnnxRuntime:
+    """A .onnx artifact in an onnxruntime CPU InferenceSession, at graph optimization level
+    `optimization` (one of ORT_LEVELS; default ORT_ENABLE_ALL, onnxruntime's own default)."""
+
+    def __init__(self, path: Path, threads: int | None = None, optimization: str | None = None):
         ort = _ort()
         self.path = Path(path)
         self.threads = default_threads(threads)
         self.name = f"onnxruntime {ort.__version__}"
+        self.optimization = optimization or ORT_LEVELS[0]
+        if self.optimization not in ORT_LEVELS:
+            raise ModelLoadError(f"unknown onnxruntime optimization level {optimization!r}; use "
+                                 f"one of {', '.join(ORT_LEVELS)}")
         if not self.path.is_file():
             raise ModelLoadError(f"{self.path}: no such file")
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
         options.log_severity_level = 3   # errors only; warnings about unused initializers are noise
+        options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, self.optimization)
         try:
             self._session = ort.InferenceSession(str(self.path), sess_options=options,
                                                  providers=["CPUExecutionProvider"])
@@ -195,11 +207,16 @@ def inspect_onnx(path: Path) -> ArtifactInfo:
     kernels = find_kernels(compute, constants, ONNX_KERNEL_INPUTS, ONNX_PASSTHROUGH)
     zero_points = _zero_points(model, constants)
 
+    readers: dict[str, str] = {}   # constant -> "OpType node-name" of the first node reading it
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, f"{node.op_type} {node.name or node.output[0]}")
     weights = []
     for name, values in constants.items():
         zero_point, axis = zero_points.get(name, (0, 0))
         weights.append(WeightTensor(name, values.dtype.name, tuple(values.shape),
-                                    count_zeros(values, zero_point, axis), name in kernels))
+                                    count_zeros(values, zero_point, axis), name in kernels,
+                                    readers.get(name, "")))
     weight_bytes = sum(v.nbytes for v in constants.values())
 
     shapes = _batch1_shapes(model)
@@ -225,11 +242,12 @@ def inspect_onnx(path: Path) -> ArtifactInfo:
                        ONNX_KERNEL_INPUTS, ONNX_PASSTHROUGH, ONNX_OUTPUT_CHANNEL_AXIS)
     size, gzip_size, sha = file_facts(path)
     params, dtypes, sparsity = weight_summary(weights)
+    inputs = _io(graph.input, inits)
     return ArtifactInfo(
         format="onnx", path=path, size_bytes=size, gzip_bytes=gzip_size, sha256=sha,
         params=params, weight_dtypes=dtypes, sparsity=sparsity,
         ops=dict(Counter(n.op_type for n in graph.node)),
-        inputs=_io(graph.input, inits), outputs=_io(graph.output, set()),
+        inputs=inputs, outputs=_io(graph.output, set()), fixed_batch=fixed_batch_of(inputs),
         est_peak_memory_bytes=weight_bytes + max(largest, peak) + RUNTIME_OVERHEAD_BYTES["onnx"],
         macs=macs,
         weights=tuple(weights))

@@ -25,6 +25,7 @@ from compressor.runtimes.common import (
     default_threads,
     file_facts,
     find_kernels,
+    fixed_batch_of,
     kernel_macs,
     peak_live_bytes,
     predict_in_batches,
@@ -152,9 +153,13 @@ class TFLiteRuntime:
 
 
 def _signature_ordered(interp, details: list[dict], side: str) -> tuple[list[dict], list[str]]:
-    """Tensor details and names in the model's own order: the serving signature's names
-    (`image`, `output_0`, ...), ordered by tensor index, which the converters assign in the
-    model's order; the tensor names themselves when the file has no signature."""
+    """Tensor details ordered by tensor index, named by the serving signature (`image`,
+    `input_ids`, `cls`); the tensor names themselves when the file has no single signature.
+
+    The names are what callers match outputs by: the order is only litert-torch's model order
+    (it assigns indices in argument / output order). The TensorFlow converter's indices, and
+    the signature (LiteRT lists it sorted by name), can run opposite to a Keras model's
+    outputs, so validation pairs outputs with the original model's by name."""
     signatures = interp._get_full_signature_list() or {}
     if len(signatures) != 1:
         return details, [d["name"] for d in details]
@@ -165,10 +170,13 @@ def _signature_ordered(interp, details: list[dict], side: str) -> tuple[list[dic
     return ordered, [by_index[d["index"]] for d in ordered]
 
 
-def _io(details: list[dict]) -> list[dict]:
-    return [{"name": d["name"], "shape": [int(s) for s in (d["shape_signature"] if len(d["shape_signature"])
-                                                           else d["shape"])],
-             "dtype": np.dtype(d["dtype"]).name} for d in details]
+def _io(interp, details: list[dict], side: str) -> list[dict]:
+    """Inputs or outputs under their signature names (what data and `validate.output` use, not
+    the tensor names `serving_default_args_0`), with -1 for a dynamic dimension."""
+    ordered, names = _signature_ordered(interp, details, side)
+    return [{"name": name, "shape": [int(s) for s in (d["shape_signature"] if len(d["shape_signature"])
+                                                      else d["shape"])],
+             "dtype": np.dtype(d["dtype"]).name} for d, name in zip(ordered, names)]
 
 
 def _fully_connected_rows(ops: list, tensors: dict, shapes: dict) -> dict:
@@ -212,6 +220,10 @@ def inspect_tflite(path: Path) -> ArtifactInfo:
     # constants: read by some op, written by none, and not fed by the caller
     constants = sorted({t for _, ins, _ in ops for t in ins} - produced - graph_inputs)
     kernels = find_kernels(ops, constants, TFLITE_KERNEL_INPUTS, TFLITE_PASSTHROUGH)
+    readers: dict[int, str] = {}   # constant -> "OP output-name" of the first op reading it
+    for op, ins, outs in ops:
+        for t in ins:
+            readers.setdefault(t, f"{op} {tensors[outs[0]]['name']}" if outs else op)
 
     weights, weight_bytes = [], {}
     for index in list(constants):
@@ -224,7 +236,7 @@ def inspect_tflite(path: Path) -> ArtifactInfo:
         q = detail["quantization_parameters"]
         zeros = count_zeros(values, q["zero_points"], q["quantized_dimension"])
         weights.append(WeightTensor(detail["name"], values.dtype.name, tuple(values.shape), zeros,
-                                    index in kernels))
+                                    index in kernels, readers.get(index, "")))
         weight_bytes[index] = values.nbytes
 
     def batch1_shape(t: dict) -> list[int]:
@@ -257,9 +269,11 @@ def inspect_tflite(path: Path) -> ArtifactInfo:
                        TFLITE_PASSTHROUGH, {})
     estimate = (size + sum(weight_bytes[t] for t in packed) + temporary + peak
                 + RUNTIME_OVERHEAD_BYTES["tflite"])
+    named_inputs = _io(interp, inputs, "inputs")
     return ArtifactInfo(
         format="tflite", path=path, size_bytes=size, gzip_bytes=gzip_size, sha256=sha,
         params=params, weight_dtypes=dtypes, sparsity=sparsity,
-        ops=dict(Counter(op for op, _, _ in ops)), inputs=_io(inputs), outputs=_io(outputs),
-        est_peak_memory_bytes=estimate, macs=macs,
+        ops=dict(Counter(op for op, _, _ in ops)), inputs=named_inputs,
+        outputs=_io(interp, outputs, "outputs"), est_peak_memory_bytes=estimate, macs=macs,
+        fixed_batch=fixed_batch_of(named_inputs),
         weights=tuple(weights))
