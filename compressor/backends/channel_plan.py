@@ -12,10 +12,12 @@ from typing import Any
 
 import numpy as np
 
+from compressor.errors import BackendUnavailableError
 from compressor.steps import PruneConfig
 
 MAX_RATIO = 0.9           # target_macs never removes more than this fraction of a group
 BUDGET_SEARCH_STEPS = 7   # bisection steps of the ratio search (1/128 resolution)
+MIN_REMOVED = 0.5         # of the channels asked for: below it the prune step is refused
 
 
 def kept_count(count: int, ratio: float, multiple: int = 1) -> int:
@@ -63,6 +65,28 @@ def channel_ratio(config: PruneConfig, macs_at: Callable[[float], int]) -> float
         middle = (low + high) / 2
         low, high = (low, middle) if macs_at(middle) <= budget else (middle, high)
     return high
+
+
+def require_removed(before: Mapping[str, int], after: Mapping[str, int], ratio: float,
+                    blocked: list[tuple[str, str]]) -> None:
+    """Refuse (BackendUnavailableError) a step that removed under MIN_REMOVED of the channels
+    it was asked to: `ratio` of every group's width (`before`, per group root layer; groups
+    making a model output are not asked), against the widths `after` pruning; `blocked`: the
+    (layer, reason) left whole, named in the message. A silent no-op must not pass as done."""
+    asked = ratio * sum(before.values())
+    removed = sum(width - after[name] for name, width in before.items())
+    if asked <= 0 or removed >= MIN_REMOVED * asked:
+        return
+    if blocked:
+        names = ", ".join(name for name, _ in blocked[:3]) + \
+            (f" and {len(blocked) - 3} more" if len(blocked) > 3 else "")
+        why = f"{names} kept whole: {blocked[0][1]}"
+    else:   # channel_multiple rounding on narrow groups
+        why = "the groups are too narrow for this ratio and channel_multiple"
+    raise BackendUnavailableError(
+        f"channel pruning removed {removed / asked:.0%} of the {asked:.0f} channels asked for "
+        f"({ratio:.0%} of {len(before)} channel groups; at least {MIN_REMOVED:.0%} is required): "
+        f"{why}; use structure: unstructured")
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,8 @@ def quantize_onnx_static(fp32_path: Path, out_path: Path,
             weight_type=QuantType.QInt8,
             nodes_to_exclude=prepared_names(prepared, exclude_nodes),
             extra_options=options), "static")
+        excluded = set(prepared_names(prepared, exclude_nodes))
+    _tables_int8(Path(out_path), excluded)
 
 
 def quantize_onnx_dynamic(fp32_path: Path, out_path: Path,
@@ -72,7 +74,8 @@ def quantize_onnx_dynamic(fp32_path: Path, out_path: Path,
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from compressor.export.onnx_weight_only import WEIGHT_OPS, store_int8_weights
+    from compressor.export.onnx_weight_only import (WEIGHT_OPS, store_int8_tables,
+                                                    store_int8_weights)
 
     with tempfile.TemporaryDirectory(prefix="onnx-quant-", dir=Path(out_path).parent) as tmp:
         prepared = preprocessed(Path(fp32_path), Path(tmp) / "prepared.onnx")
@@ -84,10 +87,22 @@ def quantize_onnx_dynamic(fp32_path: Path, out_path: Path,
         excluded = set(prepared_names(prepared, exclude_nodes))
     proto = onnx.load(str(out_path))
     # Weights onnxruntime's dynamic quantizer leaves float (embedding tables; tf2onnx's LSTM /
-    # GRU ops; kernels it skips because shape arithmetic reads them too) become int8 behind
-    # DequantizeLinear: weight-only for those, so no "int8" file keeps float matrices.
-    if store_int8_weights(proto, excluded, WEIGHT_OPS):
+    # GRU ops; kernels it skips because shape arithmetic reads them too; position tables
+    # folded into constants) become int8 behind DequantizeLinear: weight-only for those, so
+    # no "int8" file keeps float matrices.
+    if store_int8_weights(proto, excluded, WEIGHT_OPS) + store_int8_tables(proto, excluded):
         onnx.save(proto, str(out_path))
+
+
+def _tables_int8(path: Path, excluded: set[str]) -> None:
+    """The constant tables onnxruntime's quantizer left float (store_int8_tables), in place."""
+    import onnx
+
+    from compressor.export.onnx_weight_only import store_int8_tables
+
+    proto = onnx.load(str(path))
+    if store_int8_tables(proto, excluded):
+        onnx.save(proto, str(path))
 
 
 def quantize_onnx_weight_only(fp32_path: Path, out_path: Path,

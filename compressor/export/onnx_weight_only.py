@@ -4,7 +4,8 @@ zeros stay exact zeros).
 
 Covers Conv / ConvTranspose / MatMul / Gemm weights, Gather (embedding) tables (one scale
 per row; the int8 rows are gathered first and scaled after, so a run touches only the rows
-it looks up) and LSTM / GRU / RNN W and R (one scale per gate row). Used whole by
+it looks up), LSTM / GRU / RNN W and R (one scale per gate row), and constant tables added
+to activations (position embeddings folded out of their Gather, `store_int8_tables`). Used whole by
 `quantize_onnx_weight_only`, and for the embedding tables after `quantize_onnx_dynamic`
 (onnxruntime's dynamic Gather would store them as uint8 with one scale for the table).
 """
@@ -21,6 +22,14 @@ from compressor.errors import BackendUnavailableError
 
 WEIGHT_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "Gather", "LSTM", "GRU", "RNN")
 MIN_OPSET = 13   # per-axis DequantizeLinear
+# Constant tables read by elementwise ops: a position-embedding slice the exporter folded
+# out of its Gather (`position_embeddings(arange(T))` -> a [1, T, D] constant added to the
+# token embeddings), a ViT's position table. As large as the read-back gate's matrices
+# (validate.MATRIX_ELEMENTS); smaller ones (class tokens, norms, biases) stay float.
+TABLE_ELEMENTS = 1024
+TABLE_READERS = ("Add", "Sub", "Mul", "Concat")
+# Larger magnitudes are masks and sentinels (-1e4, float32 min), not learned values.
+TABLE_MAX_ABS = 1e3
 
 
 def weight_only_int8(source: Path, target: Path, exclude_nodes: Sequence[str] = ()) -> None:
@@ -34,6 +43,7 @@ def weight_only_int8(source: Path, target: Path, exclude_nodes: Sequence[str] = 
         excluded = set(prepared_names(prepared, exclude_nodes))
         proto = onnx.load(str(prepared))
     store_int8_weights(proto, excluded, WEIGHT_OPS)
+    store_int8_tables(proto, excluded)
     onnx.save(proto, str(target))
 
 
@@ -85,6 +95,47 @@ def store_int8_weights(proto: Any, exclude_nodes: Collection[str],
         if name not in readers:
             graph.initializer.remove(initializers[name])
     return len(stored)
+
+
+def store_int8_tables(proto: Any, exclude_nodes: Collection[str] = ()) -> int:
+    """Replace, in place, each float32 constant table (>= TABLE_ELEMENTS elements, two axes
+    longer than 1 (not a [1, C] bias), finite, |values| <= TABLE_MAX_ABS) read only by
+    TABLE_READERS nodes not in `exclude_nodes` by an int8 initializer with one scale per row
+    (the second-to-last axis: a position's vector) feeding a DequantizeLinear; returns how
+    many were replaced."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset < MIN_OPSET:
+        return 0   # per-axis DequantizeLinear does not exist: the gate names what stayed float
+    graph = proto.graph
+    readers: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    boundary = {value.name for value in (*graph.input, *graph.output)}
+    replaced = 0
+    for init in list(graph.initializer):
+        users = readers.get(init.name, [])
+        if init.data_type != TensorProto.FLOAT or sum(d > 1 for d in init.dims) < 2 \
+                or init.name in boundary \
+                or int(np.prod(init.dims)) < TABLE_ELEMENTS or not users or \
+                any(u.op_type not in TABLE_READERS or u.name in exclude_nodes for u in users):
+            continue
+        values = numpy_helper.to_array(init)
+        if not np.all(np.isfinite(values)) or float(np.max(np.abs(values))) > TABLE_MAX_ABS:
+            continue
+        axis = values.ndim - 2
+        quantized, scale = symmetric_int8(values, axis)
+        base = f"{init.name}_int8"
+        graph.initializer.remove(init)
+        graph.initializer.extend([numpy_helper.from_array(quantized, base),
+                                  numpy_helper.from_array(scale, f"{base}_scale")])
+        # Same output name: every reader now gets the dequantized table.
+        graph.node.insert(0, helper.make_node("DequantizeLinear", [base, f"{base}_scale"],
+                                              [init.name], name=f"{base}_dequantize", axis=axis))
+        replaced += 1
+    return replaced
 
 
 def _fold_shapes_of(graph: Any, weights: dict[str, Any]) -> None:

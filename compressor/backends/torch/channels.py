@@ -2,8 +2,9 @@
 
 torch-pruning traces the module once and groups every coupled channel set (residual adds,
 concatenations, depthwise convs, BatchNorm); each group keeps its channels of largest L2
-norm. The classifier head (the last Conv / Linear run) keeps its outputs, and modules whose
-own parameters torch-pruning does not know how to slice (custom layers) are left whole.
+norm. Groups making a model output, reaching a custom layer or a bare nn.Parameter, or
+passing a split or a channel-mixing reshape stay whole (channel_groups.py); a step that so
+removes under half of the channels it was asked to is refused before fine-tuning, naming why.
 """
 from __future__ import annotations
 
@@ -12,11 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from compressor.backends.channel_plan import ChannelPruning, aligned_count, channel_ratio
+from compressor.backends.channel_plan import (ChannelPruning, aligned_count, channel_ratio,
+                                              require_removed)
 from compressor.backends.torch.attention_heads import head_splits, pruner_options
+from compressor.backends.torch.channel_groups import (KERNELS, OUTPUT_REASON, mappings_checked,
+                                                      out_channels, plan_groups)
 from compressor.backends.torch.env import require
 from compressor.backends.torch.infer import example_input
-from compressor.backends.torch.io import as_tensors, flat_outputs
+from compressor.backends.torch.io import as_tensors
 from compressor.backends.torch.load import clone_module
 from compressor.backends.torch.train import fine_tune, is_exported
 from compressor.errors import BackendUnavailableError, first_line
@@ -26,12 +30,8 @@ if TYPE_CHECKING:
     from compressor.context import Context, ModelState
     from compressor.steps import PruneConfig
 
-KERNELS = (torch.nn.modules.conv._ConvNd, torch.nn.Linear)
 EXAMPLE_ROWS = 2
-# Modules with parameters that torch-pruning slices itself; others with parameters of their
-# own are "custom" and left whole.
-KNOWN = (*KERNELS, torch.nn.modules.batchnorm._BatchNorm, torch.nn.LayerNorm, torch.nn.GroupNorm,
-         torch.nn.PReLU, torch.nn.Embedding, torch.nn.MultiheadAttention, torch.nn.LSTM)
+PRUNE_ERRORS = (RuntimeError, ValueError, TypeError, KeyError, IndexError, ArithmeticError)
 
 
 def channel_pruned(state: ModelState, config: PruneConfig, ctx: Context) -> ModelState:
@@ -44,7 +44,8 @@ def channel_pruned(state: ModelState, config: PruneConfig, ctx: Context) -> Mode
     original = state.model
     # forward()'s positional inputs (one per named input), as torch-pruning traces them.
     example = tuple(as_tensors(original, example_input(ctx, EXAMPLE_ROWS)))
-    kept_whole = _left_whole(original, example)
+    plan = _traced(lambda tp: plan_groups(tp, original, example), original)
+    kept_whole = plan.kept_whole
 
     groups, heads = [0], [()]
 
@@ -58,6 +59,9 @@ def channel_pruned(state: ModelState, config: PruneConfig, ctx: Context) -> Mode
 
     ratio = channel_ratio(config, lambda r: torch_macs(pruned_at(r), example))
     pruned = pruned_at(ratio)
+    require_removed(plan.widths, {name: out_channels(pruned.get_submodule(name))
+                                  for name in plan.widths}, ratio,
+                    [(name, why) for name, why in kept_whole if why != OUTPUT_REASON])
     if config.epochs > 0:
         fine_tune(pruned, config, ctx, f"channel pruning {ratio:.0%}, fine-tuning", None,
                   state.last(DistillConfig))
@@ -71,6 +75,17 @@ def channel_pruned(state: ModelState, config: PruneConfig, ctx: Context) -> Mode
     return state.replace(model=pruned.eval())
 
 
+def _traced(analyse: Any, model: torch.nn.Module) -> Any:
+    """`analyse(torch_pruning)`, a failure of torch-pruning's trace as a typed error."""
+    tp = _torch_pruning()
+    try:
+        return analyse(tp)
+    except PRUNE_ERRORS as exc:
+        raise BackendUnavailableError(f"torch-pruning cannot trace {type(model).__name__}'s "
+                                      f"channel groups ({type(exc).__name__}: {first_line(exc)}); "
+                                      "use structure: unstructured") from None
+
+
 def _prune(model: torch.nn.Module, example: tuple[torch.Tensor, ...], ratio: float,
            ignored: list[torch.nn.Module], multiple: int) -> tuple[int, tuple[dict[str, Any], ...]]:
     """Prune `model` in place; the number of channel groups it pruned and, per attention
@@ -78,21 +93,22 @@ def _prune(model: torch.nn.Module, example: tuple[torch.Tensor, ...], ratio: flo
     tp = _torch_pruning()
     splits = list(head_splits(model))
     try:
-        with warnings.catch_warnings():
+        # (grouping and pruning re-run the index mapping: all inside mappings_checked)
+        with warnings.catch_warnings(), mappings_checked(tp):
             warnings.simplefilter("ignore", UserWarning)   # the groups they touch are ignored
             pruner = _aligned_pruner(tp)(model.eval(), example,
                                          importance=tp.importance.MagnitudeImportance(p=2),
                                          pruning_ratio=ratio, ignored_layers=ignored,
                                          round_to=multiple if multiple > 1 else None,
                                          **pruner_options(splits, ratio))
-        groups = sum(1 for _ in pruner.DG.get_all_groups(
-            ignored_layers=pruner.ignored_layers, root_module_types=pruner.root_module_types))
-        pruner.step()
+            groups = sum(1 for _ in pruner.DG.get_all_groups(
+                ignored_layers=pruner.ignored_layers, root_module_types=pruner.root_module_types))
+            pruner.step()
         return groups, tuple(split.settle() for split in splits)
-    except (RuntimeError, ValueError, TypeError, KeyError, IndexError) as exc:
+    except PRUNE_ERRORS as exc:
         raise BackendUnavailableError(f"torch-pruning cannot prune {type(model).__name__} by "
-                                      f"channels ({first_line(exc)}); use structure: "
-                                      "unstructured") from None
+                                      f"channels ({type(exc).__name__}: {first_line(exc)}); use "
+                                      "structure: unstructured") from None
 
 
 def _aligned_pruner(tp: Any) -> type:
@@ -107,80 +123,6 @@ def _aligned_pruner(tp: Any) -> type:
             return current_channels - keep
 
     return AlignedPruner
-
-
-def _left_whole(model: torch.nn.Module, example: tuple[torch.Tensor, ...]) -> list[tuple[str, str]]:
-    """(module name, reason) for the modules whose output channels stay: those that make a
-    model output (e.g. the classifier head) and every Conv / Linear whose channel group
-    reaches a custom module (parameters torch-pruning does not know how to slice)."""
-    outputs = _output_makers(model, example)
-    if not outputs:
-        return []
-    left = [(name, "a model output (e.g. the classifier head)") for name in outputs]
-    names = {module: name for name, module in model.named_modules()}
-    tp = _torch_pruning()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)   # "unwrapped parameters": handled here
-        graph = tp.DependencyGraph().build_dependency(model, example_inputs=example)
-    for group in graph.get_all_groups(ignored_layers=[_module(model, n) for n in outputs],
-                                      root_module_types=list(KERNELS)):
-        custom = [dep.target.module for dep, _ in group if _is_custom(dep.target.module)]
-        # The modules whose outputs are these channels (others only read them).
-        producers = [dep.target.module for dep, _ in group if isinstance(dep.target.module, KERNELS)
-                     and getattr(dep.handler, "__name__", "") == "prune_out_channels"]
-        if custom:
-            culprit = names.get(custom[0], "a bare parameter")
-            left += [(names[t], f"its channels reach custom layer {culprit} "
-                      f"({type(custom[0]).__name__}), which cannot be sliced safely")
-                     for t in dict.fromkeys(producers) if names[t] not in dict(left)]
-    return left
-
-
-def _output_makers(model: torch.nn.Module, example: tuple[torch.Tensor, ...]) -> list[str]:
-    """Names of the modules whose output channels are the model's outputs: for each output
-    tensor (tuple / dict outputs too), the nearest modules with parameters of their own it
-    was computed from, through parameter-free steps (activations, pooling, a final add)."""
-    owners = {module: name for name, module in model.named_modules()
-              if any(True for _ in module.parameters(recurse=False))}
-    made_by: dict[Any, str] = {}
-
-    def record(module: torch.nn.Module, inputs: Any, output: Any) -> None:
-        for _, tensor in flat_outputs(output):
-            if tensor.grad_fn is not None:
-                made_by[tensor.grad_fn] = owners[module]
-
-    frozen = [p for p in model.parameters() if not p.requires_grad]
-    hooks = [module.register_forward_hook(record) for module in owners]
-    try:
-        for parameter in frozen:   # autograd's graph is the trace; frozen weights leave none
-            parameter.requires_grad_(True)
-        with torch.enable_grad():
-            outputs = model.eval()(*example)
-    finally:
-        for parameter in frozen:
-            parameter.requires_grad_(False)
-        for hook in hooks:
-            hook.remove()
-    found: list[str] = []
-    seen: set[Any] = set()
-    pending = [t.grad_fn for _, t in flat_outputs(outputs) if t.grad_fn is not None]
-    while pending:
-        step = pending.pop()
-        if step in seen:
-            continue
-        seen.add(step)
-        if step in made_by:
-            found.append(made_by[step])
-        else:
-            pending += [following for following, _ in step.next_functions if following is not None]
-    return list(dict.fromkeys(found))
-
-
-def _is_custom(target: Any) -> bool:
-    if isinstance(target, torch.nn.Parameter):
-        return True   # torch-pruning's "unwrapped parameter": a custom module's own weight
-    return isinstance(target, torch.nn.Module) and not isinstance(target, KNOWN) and \
-        any(True for _ in target.parameters(recurse=False))
 
 
 def torch_macs(model: torch.nn.Module, example: tuple[torch.Tensor, ...]) -> int:

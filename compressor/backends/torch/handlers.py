@@ -53,6 +53,8 @@ def _ptq(backend: Any, state: ModelState, scheme: Int8Static, ctx: Context) -> M
 
 # --- export: (scheme, converter function in torch/<format>.py, made_by) per format ----------
 
+# litert-torch 0.10 converts no dynamic batch (tflite.py): say so where the file is described
+TFLITE_BATCH = "; batch fixed at 1 (LiteRT runs larger batches row by row)"
 ORT_STATIC = ("onnxruntime quantize_static (QDQ, int8 weights per channel) of the torch.onnx "
               "float graph, activation ranges recalibrated on training samples")
 EXPORTS = {
@@ -69,7 +71,7 @@ EXPORTS = {
         (Int8WeightOnly, "onnx_int8_weights", "onnxruntime weight-only int8 (DequantizeLinear "
          "per weight, per channel) of the torch.onnx float graph, float compute"),
     ),
-    "tflite": (
+    "tflite": tuple((scheme, function, made_by + TFLITE_BATCH) for scheme, function, made_by in (
         (Float32, "tflite_float32", "litert-torch converter, float32"),
         (Float16, "tflite_float16", "litert-torch converter, float16 weights by "
                                     "ai-edge-quantizer (a DEQUANTIZE per weight), float32 I/O"),
@@ -81,7 +83,7 @@ EXPORTS = {
          "int8 (int8 weights per channel), activation ranges computed at run time"),
         (Int8WeightOnly, "tflite_int8_weights", "litert-torch converter, ai-edge-quantizer "
          "weight-only int8 (a DEQUANTIZE per weight), float compute"),
-    ),
+    )),
 }
 EXAMPLE_ROWS = {"onnx": ONNX_EXAMPLE_ROWS, "tflite": TFLITE_EXAMPLE_ROWS}
 

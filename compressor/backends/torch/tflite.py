@@ -3,7 +3,9 @@
 handlers in handlers.py call.
 
 The artifact has a batch of 1, as on device: litert-torch 0.10 cannot lower a dynamic batch
-through flatten / view. LiteRT runs larger batches row by row.
+(`dynamic_shapes={0: Dim}` fails in its MLIR lowering on a CNN's flatten and on a DistilBERT
+alike). LiteRT runs larger batches row by row; made_by says the batch is fixed. The input
+and output tensors carry the signature's names (the model's argument and output names).
 
 int8 is the route probed in STACK.md: the PT2E graph converted with `fold_quantize=False`,
 then `litert_torch.convert(..., quant_config=QuantConfig(pt2e_quantizer=...))`. That config
@@ -26,6 +28,7 @@ from compressor.backends.torch.train import set_mode
 from compressor.tensors import take
 from compressor.errors import BackendUnavailableError, first_line
 from compressor.export.tflite import float16_weights, int8_weights, renamed_signature
+from compressor.export.tflite_tables import int8_tables
 from compressor.quiet import captured_native_output, log_tail
 
 if TYPE_CHECKING:
@@ -76,6 +79,7 @@ def tflite_int8_weights(state: ModelState, scheme: Int8Scheme, path: Path, ctx: 
     names, sample, log = _inputs(state, ctx, example)
     content = int8_weights(_float_converted(state, names, sample, log, None, "float32"),
                            scheme.method)
+    content = int8_tables(content)   # position tables ai-edge-quantizer leaves float32
     return _written(content, path, ctx, names, sample)
 
 
@@ -97,8 +101,25 @@ def _written(content: bytes, path: Path, ctx: Context, names: list[str], sample:
     outputs = [spec.name for spec in ctx.outputs] or ["output"]
     numbered = {**{f"args_{i}": name for i, name in enumerate(names[:len(sample)])},
                 **{f"output_{i}": name for i, name in enumerate(outputs)}}
-    path.write_bytes(renamed_signature(content, numbered))
+    path.write_bytes(_io_tensors_named(renamed_signature(content, numbered)))
     return path
+
+
+def _io_tensors_named(content: bytes) -> bytes:
+    """The input / output tensors named as their signature entries (`input_ids`, `logits`):
+    litert-torch names them `serving_default_args_0`, `serving_default_output_0_output`,
+    which is what tools listing the tensors (get_input_details, Netron) show."""
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.read_model_from_bytearray(bytearray(content))
+    if len(model.signatureDefs or []) != 1:
+        return content
+    signature = model.signatureDefs[0]
+    tensors = model.subgraphs[signature.subgraphIndex].tensors
+    for entry in (*signature.inputs, *signature.outputs):
+        tensors[entry.tensorIndex].name = entry.name if isinstance(entry.name, bytes) \
+            else entry.name.encode()
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
 
 
 def _convert(module: Any, sample: tuple, quant_config: Any, log: Path, kind: str,
