@@ -15,8 +15,8 @@ from compressor.devices import (
 from compressor.errors import CompressorError
 from compressor.runtimes import ArtifactInfo
 
-BUILT_IN = {"jetson-orin-nx-8gb", "jetson-orin-nano-8gb", "raspberry-pi-5-8gb", "raspberry-pi-4-4gb",
-            "generic-8gb"}
+BUILT_IN = {"jetson-orin-nx-8gb", "jetson-orin-nano-8gb", "jetson-agx-orin-64gb", "raspberry-pi-5-8gb",
+            "raspberry-pi-4-4gb", "generic-8gb"}
 
 
 def artifact(est_bytes: int, fmt: str = "tflite") -> ArtifactInfo:

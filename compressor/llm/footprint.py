@@ -1,0 +1,242 @@
+"""Bytes of a language model per recipe: the artifact as the LLM route's exporter writes it,
+the KV cache at a context length, and the runtime's working memory while generating.
+
+The artifact is the onnxruntime-genai model builder's folder (model.onnx + model.onnx.data,
+CPU execution provider). Its layout was measured by running the builder (0.18.0) on tiny
+configs of each family and reading back every initializer (tests/plan/test_builder_layout.py
+repeats that and holds the prediction within 2%):
+
+- Linear layers become MatMulNBits: per output row, ceil(K / block) blocks of `block` weights
+  packed at `bits` (K padded up to whole blocks), one scale per block in the io dtype, and for
+  asymmetric weights one zero point per block packed at the weight's bit width.
+- On the CPU EP int4 / int8 models keep float32 io: scales, norms, biases, rotary caches, the
+  float embedding and the KV cache are float32; an fp16 build keeps them float16 (Gemma's
+  norms stay float32). An fp16 build for the CPU EP writes fine but fails to generate in
+  onnxruntime-genai 0.18 (a Cast shape mismatch): its layout is planned all the same.
+- The embedding of an untied model stays a float Gather unless an int4 build quantizes it
+  (GatherBlockQuantized: `op_types_to_quantize=MatMul/Gather`). A tied model shares one matrix
+  (shared_embeddings): float, or in an int4 build the quantized lm_head (int4, or int8 with
+  `matmul_mixed_precision=last_matmul:int8`); a plain int8 build stores a float embedding
+  beside its int8 lm_head.
+- Rotary cos/sin caches: max_position_embeddings rows x rotary_dim / 2, two per cache
+  (Phi-3 LongRoPE and Gemma 3 write two caches).
+- model.onnx itself (the graph, no weights) grows by a fixed amount per decoder layer.
+
+LAYOUTS below is that table, one entry per recipe, in one place: the exporter owner adjusts it
+(e.g. an int8 lm_head) and plans follow.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from compressor.llm.shapes import ModelShape, TensorSpec, tensor_inventory
+
+
+@dataclass(frozen=True)
+class Storage:
+    """How one weight matrix is stored: float at `bits`, or blocks of `group_size` values
+    along K quantized to `bits`, with a scale per block and optional zero points."""
+
+    bits: int                        # 32 / 16: float; 8 / 4: quantized
+    group_size: int | None = None    # quantized: values per scale along K; None = the whole row
+    scale_bytes: int = 4
+    zero_point_bits: int = 0         # 0 = symmetric (no zero points)
+
+    @property
+    def quantized(self) -> bool:
+        return self.bits < 16
+
+    def bytes_for(self, rows: int, cols: int) -> int:
+        """Bytes of a [rows, cols] matrix quantized along cols (K)."""
+        if not self.quantized:
+            return rows * cols * self.bits // 8
+        group = self.group_size or cols
+        blocks = math.ceil(cols / group)
+        packed = rows * blocks * math.ceil(group * self.bits / 8)
+        scales = rows * blocks * self.scale_bytes
+        zeros = rows * math.ceil(blocks * self.zero_point_bits / 8)
+        return packed + scales + zeros
+
+    def bytes_for_gather(self, rows: int, cols: int) -> int:
+        """GatherBlockQuantized packs the whole [rows, cols] table without per-block padding."""
+        if not self.quantized:
+            return self.bytes_for(rows, cols)
+        blocks = math.ceil(cols / (self.group_size or cols))
+        return (rows * math.ceil(cols * self.bits / 8) + rows * blocks * self.scale_bytes
+                + rows * math.ceil(blocks * self.zero_point_bits / 8))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What one recipe's artifact stores, tensor kind by tensor kind."""
+
+    recipe: str
+    linears: Storage                 # attention and MLP projections
+    lm_head: Storage
+    embedding: Storage               # float, or int4 (GatherBlockQuantized supports int4 only)
+    io_bytes: int                    # norms, biases, rotary caches, KV cache default, logits
+    graph_bytes: int                 # model.onnx without weights: fixed part ...
+    graph_bytes_per_layer: int       # ... and per decoder layer
+    accuracy_rank: int               # higher = closer to the original model
+    graph_bytes_qk_norm: int = 0     # per layer with q/k norms (Qwen3, Gemma 3)
+    graph_bytes_extra_norm: int = 0  # per norm beyond two per layer (Gemma 2 / 3)
+    gathers_quantized: bool = False  # an int4 build: GatherBlockQuantized can read the lm_head
+
+    def shares_tied_embedding(self, shape: ModelShape) -> bool:
+        """The builder's shared_embeddings (on by default for a tied model): one matrix serves
+        embedding and lm_head when the lm_head is float (Transpose + Gather), or in an int4
+        build, where GatherBlockQuantized reads the quantized lm_head (int4, or int8 with
+        matmul_mixed_precision=last_matmul:int8). A plain int8 build cannot quantize a Gather,
+        so it stores a float embedding beside its int8 lm_head."""
+        return shape.tie_word_embeddings and (not self.lm_head.quantized or self.gathers_quantized)
+
+
+F32, F16 = Storage(32), Storage(16)
+# model.onnx without weights: fixed + per decoder layer, fitted to 2-, 4- and 8-layer builds
+# of a Llama (fp16 on the CPU EP builds attention from MatMul / MultiHeadAttention nodes, the
+# others use GroupQueryAttention and fused q/k/v), + per layer for q/k norms and extra norms
+# (Qwen3 and Gemma 2 builds).
+_GRAPH = {"fp32": (3_450, 5_510, 3_570, 760), "fp16": (22_600, 22_410, 2_800, 1_630),
+          "quantized": (3_750, 7_280, 3_770, 750)}
+# Families whose builds keep RMSNorm weights in float32 even in an fp16 model.
+FLOAT32_NORMS = frozenset({"gemma2", "gemma3_text"})
+
+
+def builder_layout(recipe: str, precision: str, block_size: int = 32, *, symmetric: bool = True,
+                   prequantized_zero_points: bool = False, quantize_embedding: bool = False,
+                   lm_head: Storage | None = None, accuracy_rank: int = 0) -> Layout:
+    """The layout `onnxruntime_genai.models.builder -p PRECISION -e cpu --extra_options
+    block_size=B [is_symmetric=false] [op_types_to_quantize=MatMul/Gather]` writes.
+
+    prequantized_zero_points: the input is a GPTQ-format checkpoint (asymmetric, 4-bit zero
+    points per group of `block_size`): its linears keep their zero points, while the builder
+    quantizes a float lm_head itself (RTN, `symmetric`). lm_head: a Storage of its own (e.g.
+    Storage(8, None) for per-row int8), overriding the builder's choice."""
+    if precision in ("fp32", "fp16"):
+        flt = F32 if precision == "fp32" else F16
+        fixed, layer, qk, extra = _GRAPH[precision]
+        return Layout(recipe, flt, lm_head or flt, flt, flt.bits // 8, fixed, layer, accuracy_rank,
+                      qk, extra)
+    bits = {"int8": 8, "int4": 4}[precision]
+    rtn = Storage(bits, block_size, 4, 0 if symmetric else bits)
+    linears = replace(rtn, zero_point_bits=4) if prequantized_zero_points else rtn
+    embedding = Storage(4, block_size, 4, 0 if symmetric else 4) if quantize_embedding else F32
+    fixed, layer, qk, extra = _GRAPH["quantized"]
+    return Layout(recipe, linears, lm_head or rtn, embedding, 4, fixed, layer, accuracy_rank, qk, extra,
+                  gathers_quantized=bits == 4)
+
+
+# The recipes of the LLM route as its exporter runs the builder (edit here, plans follow):
+# int4 feeds the builder a GPTQ-format checkpoint (asymmetric, 4-bit zero points) and asks
+# for an int4 embedding (op_types_to_quantize=MatMul/Gather) - without it an untied 8B model
+# keeps a 2.1 GB float32 embedding table.
+LAYOUTS: dict[str, Layout] = {
+    "fp32": builder_layout("fp32", "fp32", accuracy_rank=5),
+    "fp16": builder_layout("fp16", "fp16", accuracy_rank=4),
+    "int8": builder_layout("int8", "int8", 32, accuracy_rank=3),
+    "int4": builder_layout("int4", "int4", 32, prequantized_zero_points=True,
+                           quantize_embedding=True, accuracy_rank=2),
+    "int4_g128": builder_layout("int4_g128", "int4", 128, prequantized_zero_points=True,
+                                quantize_embedding=True, accuracy_rank=1),
+}
+DEFAULT_RECIPES = ("fp16", "int8", "int4", "int4_g128")
+
+
+@dataclass(frozen=True)
+class WeightBytes:
+    by_kind: dict[str, int]          # embedding, lm_head, attention, mlp, norm, bias, rotary, graph
+    per_layer: tuple[int, ...]       # bytes of each decoder layer (for pipeline splits)
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_kind.values())
+
+    @property
+    def read_per_token(self) -> int:
+        """Bytes a decode step reads: every weight but the embedding table (one row of it)."""
+        return self.total - self.by_kind["embedding"] - self.by_kind["graph"]
+
+
+def _tensor_bytes(t: TensorSpec, layout: Layout, shared: bool, family: str) -> int:
+    rows, cols = (t.shape + (1,))[:2]
+    if t.kind in ("attention", "mlp"):
+        return layout.linears.bytes_for(rows, cols)
+    if t.kind == "lm_head":
+        return layout.lm_head.bytes_for(rows, cols)
+    if t.kind == "embedding":
+        return 0 if shared else layout.embedding.bytes_for_gather(rows, cols)
+    if t.kind == "norm" and family in FLOAT32_NORMS:
+        return t.numel * 4
+    return t.numel * layout.io_bytes        # norms, biases: float in the io dtype
+
+
+@lru_cache(maxsize=64)
+def weight_bytes(shape: ModelShape, layout: Layout) -> WeightBytes:
+    """The artifact's bytes (model.onnx + model.onnx.data) by tensor kind (cached: a plan asks
+    for the same recipe many times while it searches for the longest context that fits)."""
+    shared = layout.shares_tied_embedding(shape)
+    by_kind = dict.fromkeys(("embedding", "lm_head", "attention", "mlp", "norm", "bias"), 0)
+    per_layer = [0] * shape.num_layers
+    for t in tensor_inventory(shape):
+        size = _tensor_bytes(t, layout, shared, shape.family)
+        by_kind[t.kind] += size
+        if t.layer is not None:
+            per_layer[t.layer] += size
+    by_kind["rotary"] = sum(rows * (shape.rotary_dim // 2) * 2 * layout.io_bytes
+                            for rows in shape.rope_cache_rows)
+    per_layer_graph = (layout.graph_bytes_per_layer + layout.graph_bytes_qk_norm * shape.qk_norm
+                       + layout.graph_bytes_extra_norm * (shape.norms_per_layer - 2))
+    by_kind["graph"] = layout.graph_bytes + per_layer_graph * shape.num_layers
+    return WeightBytes(by_kind=by_kind, per_layer=tuple(per_layer))
+
+
+KV_DTYPE_BYTES = {"float32": 4, "float16": 2, "int8": 1}
+
+
+def kv_cache_bytes(shape: ModelShape, context: int, batch: int = 1, dtype_bytes: int = 2,
+                   layers: range | None = None) -> int:
+    """layers x 2 (K and V) x kv_heads x head_dim x positions x dtype bytes x batch; a sliding
+    layer keeps at most its window of positions."""
+    total = 0
+    for i in layers if layers is not None else range(shape.num_layers):
+        window = shape.layer_windows[i]
+        positions = min(context, window) if window else context
+        total += 2 * shape.kv_width * positions * dtype_bytes * batch
+    return total
+
+
+def kv_bytes_per_position(shape: ModelShape, batch: int = 1, dtype_bytes: int = 2) -> int:
+    return 2 * shape.kv_width * dtype_bytes * batch * shape.num_layers
+
+
+# What a generating onnxruntime-genai process holds besides weights, KV cache and the
+# activations below: the Python interpreter, the onnxruntime / onnxruntime-genai libraries,
+# the session, its thread pool and allocator slack. Calibrated as peak RSS minus (artifact
+# bytes + KV cache + activations) of generating with builder-made models on x86_64 (1 thread,
+# onnxruntime-genai 0.18.0): 58-70 MB over fp32 / int8 / int4 models of 0.3-135 MB at
+# contexts 256-4096 (tests/plan/test_rss.py measures it again).
+RUNTIME_BASELINE_BYTES = 64 * 2**20
+PREFILL_TOKENS = 512   # the prompt processed in one step when planning activations
+
+
+def activation_bytes(shape: ModelShape, layout: Layout, context: int, batch: int = 1,
+                     prefill_tokens: int = PREFILL_TOKENS) -> int:
+    """Peak activations of one prefill step of P = min(context, prefill_tokens) tokens: logits
+    over the vocabulary for every prompt token, attention probabilities (heads x P x P, fp32),
+    and one layer's hidden, q/k/v and MLP tensors (the arena reuses them layer to layer)."""
+    tokens = min(context, prefill_tokens)
+    p = tokens * batch
+    io = layout.io_bytes
+    logits = p * shape.vocab_size * io
+    probs = shape.num_heads * p * tokens * 4
+    layer = p * io * (4 * shape.hidden_size + shape.q_width + 2 * shape.kv_width
+                      + 3 * shape.intermediate_size)
+    return logits + probs + layer
+
+
+def working_bytes(shape: ModelShape, layout: Layout, context: int, batch: int = 1,
+                  prefill_tokens: int = PREFILL_TOKENS) -> int:
+    """Runtime memory beyond weights and KV cache: activations + the runtime's baseline."""
+    return activation_bytes(shape, layout, context, batch, prefill_tokens) + RUNTIME_BASELINE_BYTES

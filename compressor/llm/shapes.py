@@ -1,0 +1,224 @@
+"""The shape of a decoder-only language model, read from its Hugging Face config alone.
+
+`ModelShape` holds what decides bytes and speed (widths, heads, layers, tied embeddings,
+biases, norms, sliding windows); `tensor_inventory` lists every weight tensor the
+transformers class creates, so `param_count` equals `sum(p.numel())` of
+`AutoModelForCausalLM.from_config(config)` (tests build each family on the meta device to
+prove it). Pure Python: no framework is imported.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from compressor.errors import ModelLoadError
+
+# Families whose transformers classes this module mirrors, and what their config classes
+# assume when config.json leaves a key out (transformers 5.x defaults).
+_FAMILIES = {
+    #              tie    head_dim  qkv_bias  q/k norm  norms/layer  sliding by default
+    "llama":      (False, None,     False,    False,    2,           None),
+    "mistral":    (False, None,     False,    False,    2,           4096),
+    "qwen2":      (False, None,     True,     False,    2,           None),
+    "qwen3":      (False, 128,      False,    True,     2,           None),
+    "gemma2":     (True,  256,      False,    False,    4,           4096),
+    "gemma3_text": (True, 256,      False,    True,     4,           4096),
+    "phi3":       (False, None,     False,    False,    2,           None),
+}
+KINDS = ("embedding", "lm_head", "attention", "mlp", "norm", "bias")
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    name: str
+    family: str                         # the config's model_type ("llama", "gemma3_text", ...)
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    tie_word_embeddings: bool
+    layer_windows: tuple[int | None, ...]   # per layer: its sliding window, None = full attention
+    max_position_embeddings: int
+    rope_cache_rows: tuple[int, ...] = ()  # rows of each cos/sin cache pair an exporter writes
+    rotary_dim: int = 0
+    biases: frozenset[str] = frozenset()   # projections with a bias: q k v o gate up down
+    qk_norm: bool = False                  # per-head RMSNorm on q and k (Qwen3, Gemma 3)
+    norms_per_layer: int = 2
+    fused_projections: bool = False        # Phi-3 stores qkv_proj and gate_up_proj fused
+    source: str = ""
+
+    @property
+    def q_width(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str                  # the Hugging Face parameter name
+    kind: str                  # one of KINDS
+    shape: tuple[int, ...]     # (out_features, in_features) for linears, as torch stores them
+    layer: int | None = None   # decoder layer index; None for embedding, lm_head, final norm
+    tied: bool = False         # lm_head that reuses the embedding matrix (no storage of its own)
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+def _int(cfg: dict, key: str, where: str, default: Any = None) -> int:
+    value = cfg.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ModelLoadError(f"{where}: config key {key!r} = {value!r}, but it must be a positive "
+                             "integer (is this a causal-LM config.json?)")
+    return value
+
+
+def _windows(cfg: dict, family: str, layers: int, default_window: int | None) -> tuple[int | None, ...]:
+    window = cfg.get("sliding_window", default_window)
+    if family in ("qwen2", "qwen3") and not cfg.get("use_sliding_window", False):
+        window = None
+    if not window:
+        return (None,) * layers
+    types = cfg.get("layer_types")
+    if family == "gemma3_text" and not types:
+        pattern = int(cfg.get("sliding_window_pattern", 6))
+        types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
+    elif family == "gemma2" and not types:
+        types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)]
+    elif family in ("qwen2", "qwen3") and not types:
+        first = int(cfg.get("max_window_layers", 28))
+        types = ["sliding_attention" if i >= first else "full_attention" for i in range(layers)]
+    if not types or family in ("mistral", "phi3"):   # these apply the window to every layer
+        return (int(window),) * layers
+    return tuple(int(window) if t == "sliding_attention" else None for t in types[:layers])
+
+
+def _rope(cfg: dict, family: str, head_dim: int, max_pos: int) -> tuple[tuple[int, ...], int]:
+    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    factor = cfg.get("partial_rotary_factor", rope.get("partial_rotary_factor", 1.0))
+    rotary_dim = int(head_dim * float(factor))
+    original = cfg.get("original_max_position_embeddings", max_pos)
+    if family == "phi3" and original != max_pos:     # LongRoPE: a long and a short cache
+        return (max_pos, int(original)), rotary_dim
+    if family == "gemma3_text":                      # global and local (sliding) caches
+        return (max_pos, max_pos), rotary_dim
+    return (max_pos,), rotary_dim
+
+
+def is_language_model(config: dict) -> bool:
+    """Whether a config.json describes a causal LM of a family this module knows."""
+    cfg = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    family = str(cfg.get("model_type", config.get("model_type", "")))
+    return family in _FAMILIES or f"{family}_text" in _FAMILIES
+
+
+def from_hf_config(config: dict, name: str = "", source: str = "") -> ModelShape:
+    """A ModelShape from config.json's contents (a multimodal config's `text_config` is used
+    for its language model). Unknown families are refused: their counts would be guesses."""
+    where = source or name or "config.json"
+    cfg = dict(config)
+    if isinstance(cfg.get("text_config"), dict):
+        text = dict(cfg["text_config"])
+        text.setdefault("model_type", f"{cfg.get('model_type', '')}_text")
+        if "tie_word_embeddings" in cfg and "tie_word_embeddings" not in text:
+            text["tie_word_embeddings"] = cfg["tie_word_embeddings"]
+        cfg = text
+    family = str(cfg.get("model_type", ""))
+    if family == "gemma3":
+        family = "gemma3_text"
+    if family not in _FAMILIES:
+        raise ModelLoadError(f"{where}: model_type {family!r} is not a language-model family "
+                             f"compress plan knows ({', '.join(sorted(_FAMILIES))}); "
+                             "give one of those or a built-in name (compress plan --list)")
+    tie, head_default, qkv_bias, qk_norm, norms, window = _FAMILIES[family]
+    hidden = _int(cfg, "hidden_size", where)
+    heads = _int(cfg, "num_attention_heads", where)
+    layers = _int(cfg, "num_hidden_layers", where)
+    head_dim = cfg.get("head_dim") or head_default or hidden // heads
+    max_pos = _int(cfg, "max_position_embeddings", where, 2048)
+    rope_rows, rotary_dim = _rope(cfg, family, int(head_dim), max_pos)
+    attention_bias = bool(cfg.get("attention_bias", False))
+    biases = set()
+    if qkv_bias or attention_bias:
+        biases |= {"q", "k", "v"}
+    if attention_bias and family != "qwen2":
+        biases.add("o")
+    if cfg.get("mlp_bias", False) and family == "llama":
+        biases |= {"gate", "up", "down"}
+    return ModelShape(
+        name=name or str(cfg.get("_name_or_path", "")) or family, family=family,
+        vocab_size=_int(cfg, "vocab_size", where), hidden_size=hidden,
+        intermediate_size=_int(cfg, "intermediate_size", where), num_layers=layers,
+        num_heads=heads, num_kv_heads=_int(cfg, "num_key_value_heads", where, heads),
+        head_dim=_int({"head_dim": head_dim}, "head_dim", where),
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", tie)),
+        layer_windows=_windows(cfg, family, layers, window), max_position_embeddings=max_pos,
+        rope_cache_rows=rope_rows, rotary_dim=rotary_dim, biases=frozenset(biases),
+        qk_norm=qk_norm, norms_per_layer=norms, fused_projections=family == "phi3", source=source)
+
+
+def _layer_tensors(s: ModelShape, i: int) -> list[TensorSpec]:
+    p = f"model.layers.{i}."
+    h, inter = s.hidden_size, s.intermediate_size
+    out: list[TensorSpec] = []
+    if s.fused_projections:
+        out.append(TensorSpec(p + "self_attn.qkv_proj.weight", "attention",
+                              (s.q_width + 2 * s.kv_width, h), i))
+    else:
+        for proj, width in (("q", s.q_width), ("k", s.kv_width), ("v", s.kv_width)):
+            out.append(TensorSpec(f"{p}self_attn.{proj}_proj.weight", "attention", (width, h), i))
+    out.append(TensorSpec(p + "self_attn.o_proj.weight", "attention", (h, s.q_width), i))
+    if s.fused_projections:
+        out.append(TensorSpec(p + "mlp.gate_up_proj.weight", "mlp", (2 * inter, h), i))
+    else:
+        out += [TensorSpec(p + "mlp.gate_proj.weight", "mlp", (inter, h), i),
+                TensorSpec(p + "mlp.up_proj.weight", "mlp", (inter, h), i)]
+    out.append(TensorSpec(p + "mlp.down_proj.weight", "mlp", (h, inter), i))
+    widths = {"q": s.q_width, "k": s.kv_width, "v": s.kv_width, "o": h, "gate": inter,
+              "up": inter, "down": h}
+    for proj in ("q", "k", "v", "o", "gate", "up", "down"):
+        if proj in s.biases:
+            module = "self_attn" if proj in "qkvo" else "mlp"
+            out.append(TensorSpec(f"{p}{module}.{proj}_proj.bias", "bias", (widths[proj],), i))
+    names = ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+             "post_feedforward_layernorm")[:s.norms_per_layer]
+    out += [TensorSpec(p + n + ".weight", "norm", (h,), i) for n in names]
+    if s.qk_norm:
+        out += [TensorSpec(p + "self_attn.q_norm.weight", "norm", (s.head_dim,), i),
+                TensorSpec(p + "self_attn.k_norm.weight", "norm", (s.head_dim,), i)]
+    return out
+
+
+def tensor_inventory(s: ModelShape) -> list[TensorSpec]:
+    """Every weight tensor, in the order transformers creates them; a tied lm_head is listed
+    (exporters quantize it) but marked `tied` and holds no parameters of its own."""
+    tensors = [TensorSpec("model.embed_tokens.weight", "embedding", (s.vocab_size, s.hidden_size))]
+    for i in range(s.num_layers):
+        tensors += _layer_tensors(s, i)
+    tensors.append(TensorSpec("model.norm.weight", "norm", (s.hidden_size,)))
+    tensors.append(TensorSpec("lm_head.weight", "lm_head", (s.vocab_size, s.hidden_size),
+                              tied=s.tie_word_embeddings))
+    return tensors
+
+
+def params_by_kind(s: ModelShape) -> dict[str, int]:
+    counts = dict.fromkeys(KINDS, 0)
+    for t in tensor_inventory(s):
+        if not t.tied:
+            counts[t.kind] += t.numel
+    return counts
+
+
+def param_count(s: ModelShape) -> int:
+    """sum(p.numel()) of the transformers model (a tied lm_head counted once, as torch does)."""
+    return sum(params_by_kind(s).values())

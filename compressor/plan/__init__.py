@@ -1,0 +1,141 @@
+"""`compress plan`: will a model fit a device, at which recipe, and how fast can it decode,
+answered from shapes alone (no weight data is read).
+
+A language model (config.json, HF folder, .safetensors / shard index header, .gguf header,
+a built-in name) gets a plan per recipe; an .onnx / .tflite artifact gets the weights +
+activations estimate `compress inspect` makes. `plan()` returns the JSON object the CLI
+prints (keys in DESIGN.md); `plan_gate()` is the check `compress --recipe` runs first.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from compressor.devices import DeviceProfile, get_profile, load_profiles
+from compressor.errors import DeviceBudgetError, UsageError
+from compressor.llm.footprint import DEFAULT_RECIPES, LAYOUTS
+from compressor.llm.catalogue import find
+from compressor.llm.headers import ModelDescription, describe
+from compressor.llm.shapes import ModelShape, from_hf_config, is_language_model, param_count, params_by_kind
+from compressor.plan.llm import HEADROOM_FRACTION, layout_for, plan_recipe, recommend
+from compressor.plan.split import split_plan
+
+__all__ = ["plan", "plan_gate", "HEADROOM_FRACTION"]
+ARTIFACT_SUFFIXES = (".onnx", ".tflite")
+DEFAULT_TARGET = "jetson-orin-nx-8gb"
+
+
+def _profiles(target: str | None) -> list[DeviceProfile]:
+    if target in (None, ""):
+        return [get_profile(DEFAULT_TARGET)]
+    if target == "all":
+        return list(load_profiles().values())
+    return [get_profile(target)]
+
+
+def _check(context: int, batch: int, devices: int | None, shape: ModelShape | None) -> None:
+    for name, value in (("--context", context), ("--batch", batch), ("--devices", devices or 1)):
+        if value < 1:
+            raise UsageError(f"{name} {value}: must be at least 1")
+    if shape and context > shape.max_position_embeddings:
+        raise UsageError(f"--context {context} is beyond {shape.name}'s "
+                         f"max_position_embeddings ({shape.max_position_embeddings}); "
+                         f"give --context {shape.max_position_embeddings} or less")
+
+
+def _model_json(desc: ModelDescription) -> dict:
+    s = desc.shape
+    return {"name": s.name, "params": param_count(s), "layers": s.num_layers, "source": desc.source,
+            "family": s.family, "params_by_kind": params_by_kind(s)}
+
+
+def _device_json(profile: DeviceProfile, llm: bool) -> dict:
+    return {"name": profile.name,
+            "usable_bytes": profile.llm_budget_bytes if llm else profile.budget_bytes,
+            "bandwidth_bytes_per_s": profile.memory_bandwidth}
+
+
+def _llm_target(shape: ModelShape, profile: DeviceProfile, context: int, batch: int,
+                recipes: tuple[str, ...], kv_dtype: str | None, devices: int | None) -> dict:
+    plans = [plan_recipe(shape, r, profile, context, batch, kv_dtype) for r in recipes]
+    out = {"target": profile.name, "device": _device_json(profile, llm=True),
+           "plans": [p.as_json() for p in plans],
+           "recommended": recommend(plans, profile.llm_budget_bytes)}
+    if devices:
+        ranked = sorted(recipes, key=lambda r: -LAYOUTS[r].accuracy_rank)
+        splits = [split_plan(shape, layout_for(r), profile, devices, context, batch, kv_dtype)
+                  for r in ranked]
+        out["split"] = next((s for s in splits if s.fits), splits[-1]).as_json()
+    return out
+
+
+def plan(model: str | Path | dict, target: str | None = DEFAULT_TARGET, context: int = 4096,
+         batch: int = 1, recipes: list[str] | tuple[str, ...] | None = None,
+         kv_dtype: str | None = None, devices: int | None = None) -> dict[str, Any]:
+    """The plan as one JSON-ready object. target "all" plans every built-in profile (under
+    "targets", one object per device with target / device / plans / recommended)."""
+    if isinstance(model, (str, Path)) and str(model).endswith(ARTIFACT_SUFFIXES):
+        from compressor.plan.artifact import artifact_plan
+
+        _check(context, batch, devices, None)
+        return artifact_plan(Path(model), _profiles(target), target)
+    desc = (ModelDescription(from_hf_config(model, source="config"), "config")
+            if isinstance(model, dict) else describe(model))
+    _check(context, batch, devices, desc.shape)
+    recipes = tuple(recipes or DEFAULT_RECIPES)
+    for r in recipes:
+        layout_for(r)
+    if kv_dtype not in (None, "float32", "float16", "int8"):
+        raise UsageError(f"--kv-dtype {kv_dtype}: give float16, int8 or float32")
+    per_device = [_llm_target(desc.shape, p, context, batch, recipes, kv_dtype, devices)
+                  for p in _profiles(target)]
+    head = {"model": _model_json(desc), "target": target or DEFAULT_TARGET, "context": context,
+            "batch": batch}
+    if target == "all":
+        return {**head, "targets": per_device}
+    one = per_device[0]
+    return {**head, **{k: v for k, v in one.items() if k != "target"}}
+
+
+def _is_language_model(model_ref: str | Path | dict) -> bool:
+    """A ref the plan reads shapes of: a config (dict or file) of a known LLM family, a folder
+    holding one or a .gguf, a .safetensors / .gguf file, or a built-in name."""
+    if isinstance(model_ref, dict):
+        return is_language_model(model_ref)
+    path = Path(str(model_ref))
+    config = path / "config.json" if path.is_dir() else path
+    if config.name.endswith(".json") and config.is_file():
+        try:
+            return is_language_model(json.loads(config.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            return False
+    if path.is_dir():
+        return any(path.glob("*.gguf"))
+    if path.is_file():
+        return path.name.endswith((".safetensors", ".gguf"))
+    return find(str(model_ref)) is not None
+
+
+def plan_gate(model_ref: str | Path | dict, recipe_name: str, target: str | None,
+              context: int = 4096, batch: int = 1) -> None:
+    """Raise DeviceBudgetError (exit 4) naming the plan's numbers when `recipe_name` cannot fit
+    `target` at `context`. Silent when there is no target, the recipe is not an LLM recipe the
+    plan knows, or the model is not a language model it can read shapes of."""
+    if not target or target == "all" or recipe_name not in LAYOUTS:
+        return
+    if not _is_language_model(model_ref):
+        return
+    result = plan(model_ref, target, context, batch, [recipe_name])
+    p = result["plans"][0]
+    if p["fits"]:
+        return
+    usable = result["device"]["usable_bytes"]
+    gb = 1e9
+    raise DeviceBudgetError(
+        f"plan: {result['model']['name']} at {recipe_name} needs {p['total_bytes'] / gb:.2f} GB "
+        f"(weights {p['weights_bytes'] / gb:.2f} + KV cache {p['kv_cache_bytes'] / gb:.2f} at "
+        f"{context} tokens + working {p['working_bytes'] / gb:.2f}) but {target} has "
+        f"{usable / gb:.2f} GB for a language model; it fits up to {p['max_context']} tokens. "
+        f"Use a smaller recipe (compress plan {model_ref if not isinstance(model_ref, dict) else 'MODEL'} "
+        f"--target {target}), a shorter context, or --force-plan to try anyway")

@@ -1,0 +1,125 @@
+"""Per-recipe plans of a language model on one device: bytes, fit, headroom, speed bounds,
+the context where each recipe stops fitting, and the recommendation.
+
+Speed figures are upper bounds, not predictions: decode reads every weight (but the embedding
+table) and the KV cache once per token, so tokens/s <= bandwidth / those bytes; prefill does
+~2 ops per weight per token plus attention, so tokens/s <= ops/s / ops per token.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from compressor.devices import DeviceProfile
+from compressor.errors import UsageError
+from compressor.llm.footprint import (
+    KV_DTYPE_BYTES,
+    LAYOUTS,
+    Layout,
+    kv_cache_bytes,
+    weight_bytes,
+    working_bytes,
+)
+from compressor.llm.shapes import ModelShape, params_by_kind
+
+HEADROOM_FRACTION = 0.05   # the recommendation keeps >= 5% of the usable memory free
+
+
+@dataclass(frozen=True)
+class RecipePlan:
+    recipe: str
+    weights_bytes: int
+    kv_cache_bytes: int
+    working_bytes: int
+    total_bytes: int
+    fits: bool
+    headroom_bytes: int
+    decode_tokens_per_s_bound: float | None
+    prefill_tokens_per_s_bound: float | None
+    max_context: int
+
+    def as_json(self) -> dict:
+        return {k: (round(v, 1) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+
+
+def layout_for(recipe: str) -> Layout:
+    if recipe not in LAYOUTS:
+        raise UsageError(f"unknown plan recipe {recipe!r}; the plan knows {', '.join(LAYOUTS)}")
+    return LAYOUTS[recipe]
+
+
+def kv_bytes_of(layout: Layout, kv_dtype: str | None) -> int:
+    """KV element bytes: the artifact's own (its io dtype) unless --kv-dtype overrides it."""
+    return KV_DTYPE_BYTES[kv_dtype] if kv_dtype else layout.io_bytes
+
+
+def total_at(shape: ModelShape, layout: Layout, context: int, batch: int, kv_bytes: int,
+             weights: int | None = None) -> tuple[int, int, int]:
+    """(weights, KV cache, working) bytes while generating at `context` positions."""
+    weights = weight_bytes(shape, layout).total if weights is None else weights
+    kv = kv_cache_bytes(shape, context, batch, kv_bytes)
+    return weights, kv, working_bytes(shape, layout, context, batch)
+
+
+def max_context(shape: ModelShape, layout: Layout, usable: int, batch: int, kv_bytes: int) -> int:
+    """The longest context (at most max_position_embeddings) whose total still fits; 0 when
+    not even one position does."""
+    weights = weight_bytes(shape, layout).total
+
+    def fits(c: int) -> bool:
+        return sum(total_at(shape, layout, c, batch, kv_bytes, weights)) <= usable
+
+    lo, hi = 0, shape.max_position_embeddings
+    if fits(hi):
+        return hi
+    while hi - lo > 1:              # the total grows with the context: bisect
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+def ops_per_token(shape: ModelShape, context: int) -> float:
+    """~2 ops per multiply-add: every linear weight (lm_head included) plus attention over
+    half the context on average (QK^T and PV)."""
+    counts = params_by_kind(shape)
+    linear = counts["attention"] + counts["mlp"] + shape.vocab_size * shape.hidden_size
+    attention = 4 * shape.num_layers * shape.q_width * context / 2
+    return 2 * linear + attention
+
+
+def decode_bound(shape: ModelShape, layout: Layout, profile: DeviceProfile, context: int,
+                 batch: int, kv_bytes: int) -> float | None:
+    if not profile.memory_bandwidth:
+        return None
+    read = weight_bytes(shape, layout).read_per_token + kv_cache_bytes(shape, context, batch, kv_bytes)
+    return profile.memory_bandwidth * batch / read
+
+
+def prefill_bound(shape: ModelShape, layout: Layout, profile: DeviceProfile, context: int) -> float | None:
+    """int8 / int4 artifacts compute in int8 (MatMulNBits accuracy_level 4); fp16 in fp16;
+    fp32 at half the fp16 rate (NEON / AVX do twice as many fp16 lanes)."""
+    rate = {4: profile.int8_ops, 8: profile.int8_ops, 16: profile.fp16_ops}.get(
+        layout.linears.bits, (profile.fp16_ops or 0) / 2)
+    if not rate:
+        return None
+    return rate / ops_per_token(shape, min(context, 512))
+
+
+def plan_recipe(shape: ModelShape, recipe: str, profile: DeviceProfile, context: int, batch: int,
+                kv_dtype: str | None) -> RecipePlan:
+    layout = layout_for(recipe)
+    kv_bytes = kv_bytes_of(layout, kv_dtype)
+    usable = profile.llm_budget_bytes
+    weights, kv, working = total_at(shape, layout, context, batch, kv_bytes)
+    total = weights + kv + working
+    return RecipePlan(
+        recipe=recipe, weights_bytes=weights, kv_cache_bytes=kv, working_bytes=working,
+        total_bytes=total, fits=total <= usable, headroom_bytes=usable - total,
+        decode_tokens_per_s_bound=decode_bound(shape, layout, profile, context, batch, kv_bytes),
+        prefill_tokens_per_s_bound=prefill_bound(shape, layout, profile, context),
+        max_context=max_context(shape, layout, usable, batch, kv_bytes))
+
+
+def recommend(plans: list[RecipePlan], usable: int) -> str | None:
+    """The most accurate recipe that fits with HEADROOM_FRACTION of the memory to spare."""
+    ok = [p for p in plans if p.headroom_bytes >= HEADROOM_FRACTION * usable]
+    return max(ok, key=lambda p: LAYOUTS[p.recipe].accuracy_rank).recipe if ok else None
