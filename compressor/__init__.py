@@ -20,6 +20,7 @@ __version__ = "0.1.0"
 # public name -> module that defines it
 _LAZY = {
     "Data": "compressor.context",
+    "TextData": "compressor.llm.text_data",
     "Result": "compressor.pipeline",
     "compress": "compressor.pipeline",
     "prepare": "compressor.training_run",

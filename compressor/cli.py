@@ -7,7 +7,7 @@ from pathlib import Path
 
 from compressor.cli_guard import Parser, debug_requested, guarded
 
-SUBCOMMANDS = ("recipes", "inspect", "eval", "devices", "sweep")
+SUBCOMMANDS = ("recipes", "inspect", "eval", "devices", "sweep", "plan", "generate")
 
 EPILOG = """\
 other commands:
@@ -16,6 +16,10 @@ other commands:
   compress eval ARTIFACT --data D         metric of an artifact in its runtime
   compress devices                        the device profiles
   compress sweep MODEL --recipes a,b,c --data D --out DIR   sweep.csv + pareto.png
+  compress plan MODEL [--target D|all|host] [--context N] [--devices K] [--json]
+                                          will an LLM fit, at which recipe, how fast (from shapes)
+  compress generate ARTIFACT --prompt TEXT [--max-new-tokens N] [--chat]
+                                          text from an LLM artifact, streamed, then tokens/s
 
 exit codes: 0 passed, 1 internal error (a bug: rerun with --debug for the traceback),
   2 bad input, 3 accuracy gate failed, 4 device budget exceeded, 130/143 interrupted
@@ -50,13 +54,16 @@ def _compress_parser() -> argparse.ArgumentParser:
         description="Compress a Keras or PyTorch model with a named recipe, export TFLite / ONNX, "
                     "and validate the artifacts in LiteRT / onnxruntime.")
     parser.add_argument("model", help="model.keras | model.h5 | SavedModel dir | model.pt2 | "
-                                      "module:function (PyTorch)")
+                                      "module:function (PyTorch, transformers) | Hugging Face "
+                                      "folder | model.gguf")
     parser.add_argument("--recipe", required=True, help="built-in name (compress recipes list) "
                                                         "or a recipe .yaml")
     parser.add_argument("--weights", help="state_dict file for a module:function PyTorch model")
     parser.add_argument("--data", default="digits",
                         help="digits (built-in) | data.npz (x_train y_train x_val y_val) | "
-                             "module:function  [default: digits]")
+                             "module:function; language models: text (built-in English) | "
+                             "corpus.txt | corpus.jsonl  [default: digits, or text for a "
+                             "language model]")
     parser.add_argument("--teacher", help="teacher model for distill steps (same forms as MODEL)")
     parser.add_argument("--teacher-weights", help="state_dict file for a PyTorch teacher")
     parser.add_argument("--out", default="dist", help="output folder [default: dist]")
@@ -64,7 +71,12 @@ def _compress_parser() -> argparse.ArgumentParser:
     parser.add_argument("--format", help="comma-separated subset of tflite,onnx; default: the recipe's")
     parser.add_argument("--seed", type=int, default=0, help="random seed [default: 0]")
     parser.add_argument("--threads", type=int, help="runtime threads for latency [default: all cores]")
+    parser.add_argument("--context", type=int,
+                        help="language models: the context length the artifacts' KV cache is "
+                             "sized to [default: the model's, at most 4096]")
     parser.add_argument("--force", action="store_true", help="write into a non-empty --out")
+    parser.add_argument("--force-plan", action="store_true",
+                        help="run even when `compress plan` says the recipe cannot fit --target")
     parser.add_argument("--trust-pickle", action="store_true",
                         help="allow pickled PyTorch modules (loading them runs code from the file)")
     parser.add_argument("--no-latency", action="store_true", help="skip the latency measurement")
@@ -98,7 +110,8 @@ def _options(args: argparse.Namespace) -> dict:
                 formats=formats, seed=args.seed, weights=args.weights,
                 teacher_weights=args.teacher_weights, trust_pickle=args.trust_pickle,
                 force=args.force, quiet=args.quiet, latency=not args.no_latency,
-                threads=args.threads)
+                threads=args.threads, context=args.context,
+                force_plan=args.force_plan)
 
 
 def _compress_other_rank(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from compressor import cli_generate, cli_plan
 from compressor.cli_guard import Parser
 from compressor.errors import CompressorError, DataError
 from compressor.report import human_size
@@ -14,7 +15,7 @@ from compressor.tensors import is_named, rows, specs_of
 
 def run(command: str, argv: list[str]) -> int:
     commands = {"recipes": _recipes, "inspect": _inspect, "eval": _eval, "devices": _devices,
-                "sweep": _sweep}
+                "sweep": _sweep, "plan": cli_plan._plan, "generate": cli_generate.generate}
     return commands[command](argv)
 
 
@@ -38,6 +39,7 @@ def _recipes(argv: list[str]) -> int:
 
 def _inspect(argv: list[str]) -> int:
     from compressor.runtimes import inspect_artifact
+    from compressor.validate import MATRIX_ELEMENTS, int8_weight_share
 
     parser = Parser(prog="compress inspect", description="what an artifact holds")
     parser.add_argument("artifact", type=Path)
@@ -51,7 +53,10 @@ def _inspect(argv: list[str]) -> int:
         "gzip_bytes": info.gzip_bytes, "sha256": info.sha256, "params": info.params,
         "macs": info.macs,
         "weight_dtypes": info.weight_dtypes, "sparsity": info.sparsity, "ops": info.ops,
-        "inputs": info.inputs, "outputs": info.outputs,
+        "inputs": info.inputs, "outputs": info.outputs, "fixed_batch": info.fixed_batch,
+        # the gate's share; None when no tensor is large enough to count (a tiny model)
+        "int8_weight_share": round(int8_weight_share(info.weights)[0], 6)
+        if any(w.size >= MATRIX_ELEMENTS for w in info.weights) else None,
         "est_peak_memory_bytes": info.est_peak_memory_bytes,
     }
     if args.target:
@@ -65,12 +70,19 @@ def _inspect(argv: list[str]) -> int:
     print(f"  size          {human_size(info.size_bytes)} raw, {human_size(info.gzip_bytes)} gzip")
     print(f"  params        {info.params:,}")
     print(f"  MACs          {info.macs:,} per sample (conv / dense / matmul)")
-    print("  weight dtypes " + ", ".join(f"{k} {v:.1%}" for k, v in info.weight_dtypes.items()))
+    print("  weight dtypes " + ", ".join(f"{k} {v:.1%}" for k, v in info.weight_dtypes.items())
+          + " of the weight elements")
+    if summary["int8_weight_share"] is not None:
+        print(f"  int8 share    {summary['int8_weight_share']:.1%} of the weight bytes in matrices "
+              "and tables (what the int8 gate reads)")
     print(f"  sparsity      {info.sparsity:.1%} of kernel weights are zero")
     print(f"  est. memory   {human_size(info.est_peak_memory_bytes)}")
     for kind in ("inputs", "outputs"):
         for io in summary[kind]:
             print(f"  {kind[:-1]:<13} {io['name']} {io['shape']} {io['dtype']}")
+    print("  batch         " + ("dynamic (-1): any number of rows per call" if info.fixed_batch is None
+                              else f"fixed at {info.fixed_batch}: every call takes exactly "
+                                   f"{info.fixed_batch} row(s); resizing is refused"))
     print("  ops           " + ", ".join(f"{k} x{v}" for k, v in sorted(info.ops.items())))
     if "fits_target" in summary:
         print(f"  fits {args.target}: {'yes' if summary['fits_target'] else 'NO'}")
@@ -78,8 +90,11 @@ def _inspect(argv: list[str]) -> int:
 
 
 def _eval(argv: list[str]) -> int:
+    import tempfile
+
     from compressor.data import load_data
-    from compressor.runtimes import inspect_artifact, open_runtime
+    from compressor.runtimes import inspect_artifact
+    from compressor.runtimes.isolated import RuntimeRunError, run_isolated
     from compressor.validate import metric_value
 
     parser = Parser(prog="compress eval", description="an artifact's metric")
@@ -91,8 +106,8 @@ def _eval(argv: list[str]) -> int:
                         help="multi-output artifacts: the output (name or index) the metric reads")
     args = parser.parse_args(argv)
     _require_file(args.artifact)
-    expected = inspect_artifact(args.artifact).inputs[0]
-    shape = expected["shape"]
+    info = inspect_artifact(args.artifact)
+    shape = info.inputs[0]["shape"] or []   # None: an ONNX input of unknown rank
     # Built-in images: a channel dimension of 1 right after the batch means NCHW.
     layout = "NCHW" if len(shape) == 4 and shape[1] == 1 else "NHWC"
     data = load_data(args.data, layout)
@@ -100,19 +115,39 @@ def _eval(argv: list[str]) -> int:
     x = x if is_named(x) else np.asarray(x)
     if args.metric == "accuracy" and y is None:
         raise DataError(f"{data.name} has no y_val labels; accuracy needs them")
-    if not is_named(x) and len(shape) != x.ndim or any(isinstance(want, int) and want > 0 and want != got
-                                   for want, got in zip(shape[1:], x.shape[1:])):
-        raise DataError(f"{data.name}: val inputs have shape {x.shape}, but {args.artifact.name} "
-                        f"takes {shape}; give data shaped for this artifact")
-    try:
-        outputs = open_runtime(args.artifact, threads=args.threads).predict(x)
-    except Exception as exc:   # the runtime refused this data (dtype, values): a data problem
-        raise DataError(f"{args.artifact.name} cannot run {data.name}'s val inputs "
-                        f"({'; '.join(s.describe() for s in specs_of(x))}): {type(exc).__name__}: {exc}") from None
-    value = metric_value(args.metric, outputs, y, outputs, args.output)
+    _check_input_shapes(x, info.inputs, data.name, args.artifact.name)
+    if len(info.outputs) > 1 and args.output is None:
+        # a runtime's output order need not be the model's (LiteRT orders by tensor index)
+        raise DataError(f"{args.artifact.name} has {len(info.outputs)} outputs "
+                        f"({', '.join(o['name'] for o in info.outputs)}); pass --output NAME: the "
+                        "one the metric reads (a report reads validate.output)")
+    with tempfile.TemporaryDirectory(prefix="compressor-eval-") as folder:
+        try:
+            run = run_isolated(args.artifact, x, Path(folder), threads=args.threads)
+        except (DataError, RuntimeRunError) as exc:   # the runtime refused this data (dtype, values)
+            raise DataError(f"{args.artifact.name} cannot run {data.name}'s val inputs "
+                            f"({'; '.join(s.describe() for s in specs_of(x))}): {exc}") from None
+    value = metric_value(args.metric, run.outputs, y, run.outputs, args.output)
     print(json.dumps({"path": str(args.artifact), "metric": args.metric, "value": value,
                       "samples": rows(x)}))
     return 0
+
+
+def _check_input_shapes(x, inputs: list[dict], data_name: str, artifact: str) -> None:
+    """DataError when a val input's rank or a fixed dimension differs from the artifact's
+    input of the same name (the only one, for a single-input artifact)."""
+    given = x if is_named(x) else {inputs[0]["name"]: x}
+    wanted = {io["name"]: io["shape"] for io in inputs}
+    if len(given) == len(inputs) and not set(given) & set(wanted):
+        wanted = dict(zip(given, wanted.values()))   # other names: in order, as the runtime feeds
+    for name, array in given.items():
+        shape = wanted.get(name)
+        if shape is None:
+            continue
+        if len(shape) != array.ndim or any(isinstance(want, int) and want > 0 and want != got
+                                           for want, got in zip(shape[1:], array.shape[1:])):
+            raise DataError(f"{data_name}: val input {name} has shape {array.shape}, but "
+                            f"{artifact} takes {shape}; give data shaped for this artifact")
 
 
 def _devices(argv: list[str]) -> int:
@@ -161,8 +196,11 @@ def _output_key(text: str) -> str | int:
 
 
 def _require_file(path: Path) -> None:
+    if path.is_dir() and (path / "genai_config.json").is_file():
+        return   # a language model's onnxruntime-genai folder (model-onnx/)
     if not path.is_file():
-        raise CompressorError(f"{path} does not exist; give the path of a .tflite or .onnx file")
+        raise CompressorError(f"{path} does not exist; give the path of a .tflite or .onnx file "
+                              "(or a model-onnx/ folder)")
     if path.suffix == ".onnx":
         from compressor.runtimes.onnx_external import check_external_data
 

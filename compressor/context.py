@@ -95,4 +95,5 @@ class Context:
     inputs: tuple[TensorSpec, ...] = ()       # the original model's named inputs, in its order
     outputs: tuple[TensorSpec, ...] = ()      # ... and outputs: exporters keep these names
     output_index: int = 0                     # the output the metric and training losses read
+    context: int | None = None                # language models: the KV-cache length artifacts get
     record: RunRecord = field(default_factory=RunRecord)   # what the run measures (append-only)

@@ -28,6 +28,10 @@ def layer_kinds(names: Iterable[str]) -> frozenset[str]:
 
 def post_training_mode(kinds: frozenset[str]) -> tuple[str, str]:
     """(quantize mode, why) for a `ptq` step: ptq (static) or dynamic."""
+    if "causal_lm" in kinds:
+        return "weight_only", ("weight-only int8 (a scale per group of weights, float compute): a "
+                               "language model decodes one token at a time, so its speed is the "
+                               "weight bytes read per token, not the arithmetic")
     if not kinds:
         return "ptq", "static int8 (weights and activations, calibrated): conv / dense layers only"
     return "dynamic", (f"dynamic int8 (int8 weights, activations quantized at run time): the model "

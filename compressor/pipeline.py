@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import compressor.passes  # noqa: F401  (fills the pass registry)
-from compressor import validate
+from compressor import lm_metrics, validate
 from compressor.context import ModelState
 from compressor.errors import (AccuracyGateError, BackendUnavailableError, DeviceBudgetError,
                                FormatsIncompleteError, first_line)
@@ -130,17 +130,28 @@ def _kept_logs(workdir: Path, staging: Path) -> str | None:
 
 def _validate_all(session: Session, state: ModelState,
                   artifacts: dict[str, Path]) -> list[dict[str, Any]]:
+    """Each artifact validated in a child process. One that crashes its runtime goes to the
+    run record's failed formats (exit 5) and out of `artifacts` (its file is deleted: nothing
+    unvalidated is published); the other formats are kept."""
+    from compressor.runtimes.isolated import RuntimeCrashError
     from compressor.schemes import find_export
 
     rows = []
     started = time.perf_counter()
     ctx = session.ctx
-    for fmt, path in artifacts.items():
+    for fmt, path in list(artifacts.items()):
         ctx.progress.info(f"validate {path.name} in its runtime")
-        row = validate.evaluate_artifact(
-            path, ctx.data, ctx.reference_outputs, ctx.baseline_value, session.recipe.validation,
-            metric=ctx.metric, latency=session.measure_latency, threads=session.threads,
-            weight_bits=state.scheme.weight_bits)
+        try:
+            row = _evaluate(session, state, path)
+        except RuntimeCrashError as exc:
+            error = first_line(exc, FORMAT_ERROR_CHARS)
+            session.record.add_failed_format({"format": fmt, "error": error, "logs": None})
+            ctx.progress.info(f"warning: {fmt} not validated: {error}")
+            artifacts.pop(fmt)
+            path.unlink(missing_ok=True)
+            continue
+        if row["runtime_warning"]:
+            ctx.progress.info(f"warning: {row['runtime_warning']}")
         # which scheme, and which tool with which ranges, made this file
         row["scheme"] = state.scheme.label
         row["made_by"] = find_export(state.scheme, session.backend.name, fmt).made_by
@@ -149,27 +160,45 @@ def _validate_all(session: Session, state: ModelState,
     return rows
 
 
+def _evaluate(session: Session, state: ModelState, path: Path) -> dict[str, Any]:
+    """One artifact's report row, measured in its runtime: a language model's by perplexity,
+    agreement and generation speed (validate_lm), any other's by its metric."""
+    ctx = session.ctx
+    common = dict(latency=session.measure_latency, threads=session.threads,
+                  weight_bits=state.scheme.weight_bits)
+    if lm_metrics.is_lm_outputs(ctx.reference_outputs):
+        from compressor.validate_lm import evaluate_lm_artifact
+
+        return evaluate_lm_artifact(path, ctx.data, ctx.reference_outputs, ctx.baseline_value,
+                                    session.validation, **common)
+    return validate.evaluate_artifact(path, ctx.data, ctx.reference_outputs, ctx.baseline_value,
+                                      session.validation, metric=ctx.metric,
+                                      workdir=ctx.workdir, **common)
+
+
 def _judge(session: Session, rows: list[dict[str, Any]], state: ModelState) -> dict[str, Any]:
     """Apply the accuracy gate, the scheme's weight share and the device budget to each
     artifact (mutates rows' fits_target); formats not produced give exit 5 when all else
     passed."""
     failed = session.record.failed_formats
-    validation = session.recipe.validation
-    failures = [f"{row['path']} {validation.metric} drop {row['drop']:.4f} > {validation.max_drop}"
-                for row in rows if not validate.gate_passes(validation, row["metric_value"],
-                                                            row["drop"])]
+    validation = session.validation
+    failures = [validate.gate_failure(validation, row) for row in rows
+                if not validate.gate_passes(validation, row["metric_value"], row["drop"])]
     failures += _weight_share_failures(state, rows)
     gate_passed = not failures
-    profile = None
+    budget = None
     if session.target:
         from compressor.devices import get_profile
 
         profile = get_profile(session.target)
+        # a language model is the board's one job (llm_share); a vision model shares it
+        budget = (profile.llm_budget_bytes if validation.metric == "perplexity"
+                  else profile.budget_bytes)
     for row in rows:
-        row["fits_target"] = profile is None or profile.fits(row["est_peak_memory_bytes"])
+        row["fits_target"] = budget is None or row["est_peak_memory_bytes"] <= budget
         if not row["fits_target"]:
             failures.append(f"{row['path']} needs ~{row['est_peak_memory_bytes']:,} bytes, over "
-                            f"the {session.target} budget of {profile.budget_bytes:,} bytes")
+                            f"the {session.target} budget of {budget:,} bytes")
     fits = all(row["fits_target"] for row in rows)
     exit_code = 0 if gate_passed and fits else (AccuracyGateError.exit_code if not gate_passed
                                                 else DeviceBudgetError.exit_code)
@@ -177,7 +206,7 @@ def _judge(session: Session, rows: list[dict[str, Any]], state: ModelState) -> d
         failures += [f"{f['format']} not produced: {f['error']}" for f in failed]
         exit_code = exit_code or FormatsIncompleteError.exit_code
     return {"gate_passed": gate_passed, "fits": fits,
-            "budget_bytes": None if profile is None else profile.budget_bytes,
+            "budget_bytes": budget,
             "failures": failures, "exit_code": exit_code}
 
 

@@ -8,7 +8,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from compressor.report_lm import human_size, is_lm_report, markdown_lines
 from compressor.sanity import chance_level
+from compressor.validate import weight_share_text
 
 if TYPE_CHECKING:
     from compressor.session import Session
@@ -35,7 +37,7 @@ def build_report(session: Session, rows: list[dict[str, Any]], verdict: dict[str
     the run record (session.record) gives timings, histories, sections and notes."""
     recipe = session.recipe
     record = session.record
-    validation = recipe.validation
+    validation = session.validation
     report = {
         "recipe": {"name": recipe.name, "sha256": recipe.sha256()},
         "seed": session.ctx.seed,
@@ -64,11 +66,33 @@ def build_report(session: Session, rows: list[dict[str, Any]], verdict: dict[str
         "history": [entry.as_dict() for entry in record.histories],
         "versions": package_versions(),
     }
+    if validation.metric == "perplexity":
+        _add_language_model_keys(report, session, validation)
     report.update(record.notes)   # user_loop (cz.prepare runs), sweep (what a sweep resumes by)
     report["failed_formats"] = record.failed_formats
     for section in record.sections:
         report[section.key] = section.report(artifacts)
     return report
+
+
+def _add_language_model_keys(report: dict[str, Any], session: Session, validation: Any) -> None:
+    """baseline.perplexity, the gate's allowed increase, the context the KV caches are sized
+    to, and the peak RSS this run needed (the conversion, children included)."""
+    from compressor.validate import allowed_increase
+
+    report["baseline"]["perplexity"] = session.ctx.baseline_value
+    report["baseline"]["fp16_bytes"] = 2 * session.info.params   # the ratio's denominator
+    report["gate"]["max_increase"] = allowed_increase(validation)
+    report["context"] = session.ctx.context
+    report["compress_peak_rss_bytes"] = peak_rss_bytes()
+
+
+def peak_rss_bytes() -> int:
+    """The largest resident set of this process or any child it waited for (Linux: KiB)."""
+    import resource
+
+    return 1024 * max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                      resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 
 
 def write_report(report: dict[str, Any], folder: Path) -> None:
@@ -97,8 +121,10 @@ def render_markdown(report: dict[str, Any]) -> str:
         "| p50 ms | est. memory | fits |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|",
     ]
+    if is_lm_report(report):   # the language-model table, then the same sections below
+        lines = lines[:-3] + markdown_lines(report) + [""] + lines[-3:]
     for art in report["artifacts"]:
-        dtypes = ", ".join(f"{k} {v:.1%}" for k, v in art["weight_dtypes"].items())
+        dtypes = weight_share_text(art)   # an integer scheme: its share as the gate reads it
         latency = "-" if art["latency_ms_p50"] is None else f"{art['latency_ms_p50']:.3f}"
         lines.append(
             f"| {art['path']} | {human_size(art['size_bytes'])} | {human_size(art['gzip_bytes'])} "
@@ -212,11 +238,3 @@ def _gate_text(gate: dict[str, Any], metric: str) -> str:
     return f"{metric} drop <= {gate['max_drop']}"
 
 
-def human_size(n: int | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)

@@ -12,7 +12,8 @@ from typing import Any
 
 
 from compressor import validate
-from compressor.backends import Backend, ModelInfo, UserLoopBackend, backend_for, framework_of
+from compressor.backends import Backend, ModelInfo, UserLoopBackend, framework_of, resolve_model
+from compressor.backends.base import TextModel
 from compressor.context import Context, Data
 from compressor.data import check_matches_model, load_data
 from compressor.errors import DataError, ModelLoadError, RecipeError
@@ -20,6 +21,7 @@ from compressor.export import FORMATS
 from compressor.progress import Progress
 from compressor.recipe import Recipe, load_recipe
 from compressor.run_record import RunRecord
+from compressor.steps import ValidateConfig
 from compressor.tensors import Arrays, output_index, output_list, select_output, take
 from compressor.sanity import check_outputs, warn_if_chance
 from compressor.workspace import check_output_path, make_work_folder
@@ -49,8 +51,13 @@ class Session:
         return self.ctx.record
 
     @property
+    def validation(self) -> ValidateConfig:
+        """The gate this run applies: the recipe's (a language model's: by perplexity)."""
+        return self.ctx.validation
+
+    @property
     def metric_name(self) -> str:
-        metric = self.ctx.metric or self.recipe.validation.metric
+        metric = self.ctx.metric or self.validation.metric
         return metric if isinstance(metric, str) else getattr(metric, "__name__", "custom")
 
 
@@ -59,7 +66,8 @@ def open_session(model: Any, recipe: str | Path | Recipe, data: Any = "digits", 
                  formats: tuple[str, ...] | None = None, seed: int = 0, weights: str | None = None,
                  teacher_weights: str | None = None, trust_pickle: bool = False,
                  force: bool = False, quiet: bool = False, latency: bool = True,
-                 threads: int | None = None, metric: Any = None) -> Session:
+                 threads: int | None = None, metric: Any = None, context: int | None = None,
+                 force_plan: bool = False) -> Session:
     started = time.perf_counter()
     recipe = load_recipe(recipe)
     out = Path("." if out_dir is None else out_dir)   # None: named later (cz.prepare)
@@ -79,10 +87,23 @@ def open_session(model: Any, recipe: str | Path | Recipe, data: Any = "digits", 
 
         get_profile(target)  # an unknown device is a bad argument: fail before any work
 
-    backend = backend_for(model)
+    backend, source = resolve_model(model)
     formats, format_note = _formats_written_by(backend, formats, explicit=bool(requested))
     _refuse_training_steps(backend, recipe)
-    loaded = backend.load(model, weights=weights, trust_pickle=trust_pickle)
+    if isinstance(backend, TextModel):
+        from compressor.session_lm import check_plan_fits
+
+        check_plan_fits(model, recipe, target, context, force_plan)   # before any loading
+    loaded = backend.load(source, weights=weights, trust_pickle=trust_pickle)
+    if isinstance(backend, TextModel):
+        from compressor.session_lm import open_lm_session
+
+        session = Session(**open_lm_session(
+            backend, loaded, data, recipe, out=out, model_ref=describe_ref(model), seed=seed,
+            formats=formats, format_note=format_note, quiet=quiet, force=force, target=target,
+            latency=latency, threads=threads, metric=metric, context=context))
+        session.record.add_timing("load", time.perf_counter() - started)
+        return session
     teacher_model = None
     if teacher is not None and recipe.needs_teacher:   # recipes without distill ignore it
         if framework_of(teacher) != backend.name:

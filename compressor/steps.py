@@ -119,6 +119,24 @@ class QuantizeConfig(TrainingConfig):
     freeze_bn_after: int | None = Field(
         1, ge=0, description="qat: BatchNorm statistics frozen after this many epochs (0: from "
         "the start; unset: never), so fine-tuning sees the statistics inference uses")
+    # language models (weight-only int4 / int8): how the integers are chosen
+    group_size: int = Field(
+        32, ge=16, le=1024, description="weight_only int4: input channels sharing one scale and "
+        "zero point, a power of two (32: the quality default; 128: smaller, less accurate)")
+    algorithm: Literal["gptq", "rtn"] = Field(
+        "gptq", description="weight_only int4 / LLM int8: gptq (calibrated: each column's rounding "
+        "error is compensated in the columns not yet quantized) or rtn (round to nearest)")
+    calibration_windows: int | None = Field(
+        None, ge=1, le=4096, description="language models: calibration windows of validate.window "
+        "tokens each (default 32)")
+
+    @field_validator("group_size")
+    @classmethod
+    def _power_of_two(cls, value: int) -> int:
+        if value & (value - 1):
+            raise ValueError(f"must be a power of two (16, 32, 64, 128, ...), got {value}: the "
+                             "runtimes' int4 kernels work on power-of-two blocks")
+        return value
 
     @property
     def trains(self) -> bool:
@@ -174,9 +192,17 @@ class ValidateConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    metric: Literal["accuracy", "fidelity", "mse"] = Field(
-        "accuracy", description="accuracy (labels), fidelity (cosine vs the original's outputs) or mse")
+    metric: Literal["accuracy", "fidelity", "mse", "perplexity"] = Field(
+        "accuracy", description="accuracy (labels), fidelity (cosine vs the original's outputs), "
+        "mse, or perplexity (language models, on held-out text)")
     max_drop: float = Field(0.01, ge=0.0, description="absolute metric drop allowed, e.g. 0.01")
+    max_increase: float | None = Field(
+        None, ge=0.0, description="language models: relative perplexity increase allowed, e.g. "
+        "0.05 = 5% (default 0.05); a classifier recipe run on a language model is gated by it")
+    eval_windows: int | None = Field(
+        None, ge=1, le=4096, description="language models: held-out windows scored (default 16)")
+    window: int | None = Field(
+        None, ge=8, le=8192, description="language models: tokens per window (default 256)")
     min_fidelity: float | None = Field(None, gt=0.0, le=1.0,
                                        description="for metric fidelity: lowest allowed, e.g. 0.99")
     output: str | int | None = Field(

@@ -24,6 +24,12 @@ from compressor.tensors import output_list
 ARTIFACT_COLUMNS = ("format", "path", "size_bytes", "gzip_bytes", "metric_value", "drop",
                     "sparsity", "weight_dtypes", "latency_ms_p50", "est_peak_memory_bytes",
                     "fits_target")
+# a language model's artifacts also carry these (report.json per LLM artifact)
+LM_COLUMNS = ("perplexity", "perplexity_increase", "top1_agreement", "greedy_agreement",
+              "prefill_ms", "decode_tokens_per_s", "peak_rss_bytes", "kv_cache_bytes", "context")
+# columns where a smaller value is the better one (the Pareto front minimises them)
+LOWER_IS_BETTER = {"perplexity", "perplexity_increase", "drop", "latency_ms_p50", "prefill_ms",
+                   "peak_rss_bytes", "est_peak_memory_bytes"}
 
 
 def sweep(model: Any, recipes: Sequence[str | Path | Recipe], data: Any = "digits",
@@ -105,13 +111,14 @@ def _cached_report(folder: Path, key: dict[str, str]) -> dict[str, Any] | None:
         report = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         return None
-    complete = all((folder / art["path"]).is_file() for art in report.get("artifacts", []))
+    complete = all((folder / art["path"]).exists() for art in report.get("artifacts", []))
     return report if report.get("sweep") == key and complete else None
 
 
 def _rows(report: dict[str, Any], cached: bool) -> list[dict[str, Any]]:
     name = report["recipe"]["name"]
-    return [{"recipe": name, **{k: art.get(k) for k in ARTIFACT_COLUMNS},
+    columns = ARTIFACT_COLUMNS + (LM_COLUMNS if "perplexity" in report["baseline"] else ())
+    return [{"recipe": name, **{k: art.get(k) for k in columns},
              "passed": report["passed"], "cached": cached, "error": None}
             for art in report["artifacts"]]
 
@@ -125,15 +132,24 @@ def _discard(session: Session) -> None:
 # ------------------------------------------------------------------------------------ plots
 
 def pareto_front(frame, x: str, y: str):
-    """Rows no other row beats: smaller-or-equal `x` and larger-or-equal `y`, one strictly."""
-    ok = frame.dropna(subset=[x, y]).sort_values([x, y], ascending=[True, False])
+    """Rows no other row beats: smaller-or-equal `x` and better-or-equal `y` (larger, or smaller
+    for perplexity, drop, latency and memory columns), one strictly."""
+    sign = -1.0 if lower_is_better(frame, y) else 1.0
+    ok = frame.dropna(subset=[x, y])
+    ok = ok.assign(_better=sign * ok[y]).sort_values([x, "_better"], ascending=[True, False])
     best = -np.inf
     keep = []
-    for index, value in zip(ok.index, ok[y]):
+    for index, value in zip(ok.index, ok["_better"]):
         if value > best:
             keep.append(index)
             best = value
-    return ok.loc[keep]
+    return ok.drop(columns="_better").loc[keep]
+
+
+def lower_is_better(frame, y: str) -> bool:
+    """`metric_value` is a perplexity in a language-model sweep: lower is better there too."""
+    return y in LOWER_IS_BETTER or (y == "metric_value" and "perplexity" in frame
+                                    and frame["perplexity"].notna().all())
 
 
 def plot_pareto(frame, x: str = "size_bytes", y: str = "metric_value",
@@ -165,6 +181,6 @@ def plot_pareto(frame, x: str = "size_bytes", y: str = "metric_value",
     ax.set_ylabel(y)
     ax.set_title(title or f"{y} vs {x}")
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
+    ax.legend(loc="upper right" if lower_is_better(ok, y) else "lower right")
     fig.tight_layout()
     return fig

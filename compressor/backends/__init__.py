@@ -5,9 +5,11 @@ from pathlib import Path
 from typing import Any
 
 from compressor.backends.base import Backend, ModelInfo, UserLoopBackend
+from compressor.backends.model_kinds import is_causal_lm
 from compressor.errors import BackendUnavailableError, ModelLoadError
 
-__all__ = ["Backend", "ModelInfo", "UserLoopBackend", "backend_for", "framework_of", "get_backend"]
+__all__ = ["Backend", "ModelInfo", "UserLoopBackend", "backend_for", "framework_of", "get_backend",
+           "resolve_model"]
 
 KERAS_SUFFIXES = (".keras", ".h5", ".hdf5")
 TORCH_SUFFIXES = (".pt2", ".pt", ".pth", ".ts")
@@ -34,15 +36,26 @@ def get_backend(name: str) -> Backend:
         from compressor.backends.saved_model import SavedModelBackend
 
         return SavedModelBackend()
-    raise BackendUnavailableError(f"no backend named {name!r}; use keras, torch, onnx or "
-                                  "saved_model")
+    if name == "llm":
+        try:
+            from compressor.backends.llm import LlmBackend
+        except ImportError as exc:
+            raise BackendUnavailableError(
+                f"the language-model backend is not available here ({exc}); install it with "
+                "`pip install compressor[llm]`") from None
+        return LlmBackend()
+    raise BackendUnavailableError(f"no backend named {name!r}; use keras, torch, onnx, "
+                                  "saved_model or llm")
 
 
 def framework_of(model: Any) -> str:
-    """'keras', 'torch', 'onnx' or 'saved_model' (a SavedModel without Keras metadata) for a
-    model object or a model reference (path / module:function)."""
+    """'keras', 'torch', 'onnx', 'saved_model' (a SavedModel without Keras metadata) or 'llm'
+    (a causal language model) for a model object or a model reference (path /
+    module:function; what a function returns is only known once it ran: resolve_model)."""
     if isinstance(model, (str, Path)):
         return _framework_of_reference(str(model))
+    if is_causal_lm(model):
+        return "llm"
     module = type(model).__module__.split(".")[0]
     if module in ("tf_keras", "keras", "tensorflow"):
         return "keras"
@@ -58,8 +71,28 @@ def backend_for(model: Any) -> Backend:
     return get_backend(framework_of(model))
 
 
+def resolve_model(model: Any) -> tuple[Backend, Any]:
+    """The backend for `model`, and the model to load: a `module:function` reference is called
+    here (once) when it could build a language model, since only its result says whether it
+    is one; other references are loaded by their backend as given."""
+    kind = framework_of(model)
+    if kind == "torch" and isinstance(model, str) and _looks_like_callable_ref(model) \
+            and not Path(model).exists():
+        from compressor.backends.references import call_reference
+
+        built = call_reference(model)
+        lm = built[0] if isinstance(built, tuple) and len(built) == 2 else built
+        if is_causal_lm(lm):
+            return get_backend("llm"), built
+        return get_backend("torch"), built
+    return get_backend(kind), model
+
+
 def _framework_of_reference(ref: str) -> str:
     path = Path(ref)
+    if path.suffix == ".gguf" or (path.is_dir() and (path / "config.json").is_file()
+                                  and not (path / "saved_model.pb").exists()):
+        return "llm"   # a Hugging Face folder (save_pretrained) or a llama.cpp file
     if path.is_dir() and (path / "saved_model.pb").exists():
         # tf_keras' SavedModels carry keras_metadata.pb; tf.saved_model.save and Keras 3
         # model.export() write none, and only post-training work is possible on them.
@@ -75,7 +108,8 @@ def _framework_of_reference(ref: str) -> str:
     if not path.exists():
         raise ModelLoadError(f"model {ref} does not exist; check the path")
     raise ModelLoadError(f"{ref}: unknown model format {path.suffix or '(no suffix)'}; use .keras, "
-                         ".h5, a SavedModel folder, .pt2, .onnx, or module:function for PyTorch")
+                         ".h5, a SavedModel folder, .pt2, .onnx, a Hugging Face folder, .gguf, "
+                         "or module:function")
 
 
 def _looks_like_callable_ref(ref: str) -> bool:

@@ -1,10 +1,11 @@
 """The backend capabilities: the only place framework work happens.
 
 Every model kind has model I/O (`Backend`); the rest are small capability protocols
-(Pruning, Distilling, LayerSelection, Planning, UserLoopBackend) that a kind implements when
-it can, and that passes ask for (`capable`) instead of calling a method that would do
-nothing. Quantization schemes are not methods: they are handlers registered per (scheme,
-model kind, format) in compressor/schemes, so a new scheme or mode never adds a method.
+(Pruning, Distilling, LayerSelection, Planning, TextModel, UserLoopBackend) that a
+kind implements when it can, and that passes ask for (`capable`) instead of calling a method
+that would do nothing. Quantization schemes are not methods: they are handlers registered
+per (scheme, model kind, format) in compressor/schemes, so a new scheme or mode never adds a
+method.
 Each trainable backend keeps its training loop in one place so that a distribution
 strategy / process group can wrap model, data and optimizer.
 """
@@ -109,6 +110,19 @@ class Planning(Protocol):
 
     def plan_shapes(self, source: Any) -> Any:
         """The model's tensor shapes and dtypes by kind, read from its config / headers."""
+
+
+@runtime_checkable
+class TextModel(Protocol):
+    """A language model: validated on windows of tokenized text, and able to generate."""
+
+    def text_windows(self, model: Any, data: Any, windows: dict[str, int | None]) -> Any:
+        """Data whose train split is calibration windows and val split held-out windows
+        (token ids [n, T], no labels: the next tokens are the labels), tokenized with the
+        model's tokenizer; `windows`: the recipe's calibration / eval / window sizes."""
+
+    def generate(self, model: Any, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+        """Greedy continuation of `prompt_ids` (the reference for an artifact's)."""
 
 
 def capable(backend: Any, capability: type, fix: str) -> Any:

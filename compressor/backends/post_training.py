@@ -25,6 +25,10 @@ IMAGE_CHANNELS = (1, 3)
 def training_refused(backend_name: str, index: int, step: StepConfig) -> RecipeError:
     """The error for recipe step `index` (0-based) that trains, on a backend that cannot."""
     mode = " (mode qat)" if step.kind == "quantize" else ""
+    if backend_name == "llm":
+        return RecipeError(f"compressor does not fine-tune language models: step {index + 1} "
+                           f"`{step.kind}`{mode} trains the model; use int4, int8 or fp16 "
+                           "(weight-only, calibrated on text, no training)")
     return RecipeError(f"the {backend_name} backend does not train: step {index + 1} "
                        f"`{step.kind}`{mode} fine-tunes the model and needs a Keras or PyTorch "
                        f"model; {NO_TRAINING_FIX}")

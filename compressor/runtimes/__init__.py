@@ -13,21 +13,29 @@ __all__ = ["ArtifactInfo", "Runtime", "WeightTensor", "format_of", "inspect_arti
            "open_runtime"]
 
 
-def open_runtime(path: Path, threads: int | None = None) -> Runtime:
+def open_runtime(path: Path, threads: int | None = None,
+                 optimization: str | None = None) -> Runtime:
+    """`path` in its runtime; `optimization`: an ONNX file's onnxruntime graph optimization
+    level (runtimes/onnx.py ORT_LEVELS; TFLite files have none)."""
     if format_of(path) == "tflite":
         from compressor.runtimes.tflite import TFLiteRuntime
 
         return TFLiteRuntime(path, threads=threads)
     from compressor.runtimes.onnx import OnnxRuntime
 
-    return OnnxRuntime(path, threads=threads)
+    return OnnxRuntime(path, threads=threads, optimization=optimization)
 
 
 def inspect_artifact(path: Path) -> ArtifactInfo:
+    if Path(path).is_dir():   # an LLM's onnxruntime-genai folder (model-onnx/)
+        from compressor.runtimes.genai_inspect import inspect_genai
+
+        return inspect_genai(Path(path))
     if format_of(path) == "tflite":
         from compressor.runtimes.tflite import inspect_tflite
+        from compressor.runtimes.tflite_file import with_int4_weights
 
-        return inspect_tflite(Path(path))
+        return with_int4_weights(inspect_tflite(Path(path)))   # LiteRT shows INT4 as int8
     from compressor.runtimes.onnx import inspect_onnx
 
     return inspect_onnx(Path(path))

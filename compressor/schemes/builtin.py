@@ -1,7 +1,5 @@
-"""The built-in schemes: float32 (no step), float16 (a precision step), and int8 in four
-modes (a quantize step). Room for more: an int4 weight-only scheme is a class here (or in
-its own module) with `dtype = "int4"`, `weight_bits = 4` and a `group_size` field, plus its
-handlers.
+"""The built-in schemes: float32 (no step), float16 (a precision step), int8 in four modes
+and weight-only int4 (a quantize step).
 """
 from __future__ import annotations
 
@@ -91,6 +89,23 @@ class Int8WeightOnly(Int8Scheme):
 
     name: ClassVar[str] = "weight_only"
     method: ClassVar[str] = "weight_only"
+
+
+@register_scheme
+@dataclass(frozen=True)
+class Int4WeightOnly(Scheme):
+    """int4 weights on an asymmetric grid per group of `group_size` input channels (a scale and
+    a 4-bit zero point each), float compute: what language models on 8 GB boards run, since
+    decoding reads every weight once per token. `algorithm` picks the integers (gptq / rtn)."""
+
+    name: ClassVar[str] = "weight_only"
+    dtype: ClassVar[str] = "int4"
+    weight_bits: ClassVar[int] = 4
+    integer: ClassVar[bool] = True
+    method: ClassVar[str] = "weight_only"
+    group_size: int = 32
+    algorithm: str = "gptq"
+    calibration_windows: int | None = None
 
 
 FLOAT32 = Float32()

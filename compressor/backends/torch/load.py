@@ -7,10 +7,7 @@ stored in the file, so both are refused unless the user passes --trust-pickle.
 from __future__ import annotations
 
 import copy
-import importlib
-import importlib.util
 import pickle
-import sys
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,6 +15,7 @@ from typing import Any
 
 import torch
 
+from compressor.backends.references import call_reference, is_builder_reference
 from compressor.backends.torch.env import configure_environment, quiet_loggers
 from compressor.errors import ModelLoadError, first_line
 
@@ -55,12 +53,6 @@ def clone_module(model: torch.nn.Module) -> torch.nn.Module:
                              ) from None
 
 
-def is_builder_reference(ref: str) -> bool:
-    """`package.module:function` or `path/to/file.py:function`."""
-    module_part, sep, function = ref.rpartition(":")
-    return bool(sep and module_part and function.isidentifier())
-
-
 def _load_reference(ref: str, trust_pickle: bool) -> torch.nn.Module:
     path = Path(ref)
     if path.suffix == ".pt2":
@@ -77,17 +69,7 @@ def _load_reference(ref: str, trust_pickle: bool) -> torch.nn.Module:
 
 
 def _call_builder(ref: str) -> torch.nn.Module:
-    module_part, _, function_name = ref.rpartition(":")
-    module = _import_file(Path(module_part)) if module_part.endswith(".py") else \
-        _import_module(module_part, function_name)
-    builder = getattr(module, function_name, None)
-    if not callable(builder):
-        raise ModelLoadError(f"{module_part} has no function {function_name!r}; "
-                             f"check the name after the colon in {ref}")
-    try:
-        model = builder()
-    except Exception as exc:   # user code: report it as a load problem, keep the cause
-        raise ModelLoadError(f"{ref} raised {type(exc).__name__}: {first_line(exc)}") from exc
+    model = call_reference(ref)
     if isinstance(model, torch.export.ExportedProgram):
         model = model.module()
     if not isinstance(model, torch.nn.Module):
@@ -95,36 +77,6 @@ def _call_builder(ref: str) -> torch.nn.Module:
                              "torch.nn.Module; make it return the model (untrained is fine "
                              "with --weights)")
     return model
-
-
-def _import_module(name: str, function_name: str) -> Any:
-    if "" not in sys.path and "." not in sys.path:
-        sys.path.insert(0, "")   # like uvicorn: modules in the current directory are found
-    try:
-        return importlib.import_module(name)
-    except ImportError as exc:
-        raise ModelLoadError(f"cannot import {name} ({exc}); the module must be importable from "
-                             "the current directory or PYTHONPATH, or give a file: "
-                             f"path/to/file.py:{function_name}") from None
-    except Exception as exc:   # user code failed at import: a load problem, keep the cause
-        raise ModelLoadError(f"importing {name} raised {type(exc).__name__}: "
-                             f"{first_line(exc)}; fix the module") from exc
-
-
-def _import_file(path: Path) -> Any:
-    if not path.is_file():
-        raise ModelLoadError(f"model code file {path} does not exist; check the path")
-    name = f"compressor_user_{path.stem}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module   # dataclasses and pickling look classes up by module name
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:   # user code: report it as a load problem, keep the cause
-        del sys.modules[name]
-        raise ModelLoadError(f"importing {path} raised {type(exc).__name__}: "
-                             f"{first_line(exc)}") from exc
-    return module
 
 
 def _load_pt2(path: Path) -> torch.nn.Module:

@@ -1,0 +1,148 @@
+"""Write a LoadedLm with quantized linears as a GPTQ-format Hugging Face folder.
+
+onnxruntime-genai's model builder reads GPTQ checkpoints and re-packs their integers as
+MatMulNBits: it unpacks qweight / qzeros, dequantizes with the scales, and rounds back,
+which returns exactly our integers (checked on the tiny models, 4 and 8 bits). So this
+folder is how our grid (GPTQ, RTN, a GGUF file's own) reaches the ONNX artifact without a
+second rounding.
+
+GPTQ layout per linear `<base>` (weight [N out, K in], group g, pack = 32 / bits):
+  qweight int32 [K / pack, N]   pack values along K, value j at bit bits * j
+  qzeros  int32 [K / g, N / pack] zero - 1 (GPTQ "v1" checkpoints) packed along N
+  scales  [K / g, N]             float32 here: the builder keeps them and writes float32
+                                 MatMulNBits scales, so the artifact computes with ours
+  g_idx   int32 [K]              k // g (no act-order)
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from compressor.backends.llm.model import LoadedLm, QuantizedLinear
+from compressor.errors import BackendUnavailableError
+
+BITS = (4, 8)
+COLUMN_CHUNK = 4096   # output columns packed at a time: bounds the uint32 temporaries
+
+
+def pack_along_rows(values: np.ndarray, bits: int) -> np.ndarray:
+    """[R, C] integers 0 .. 2**bits - 1 -> int32 [R / pack, C], value j of each run at bit bits*j."""
+    pack = 32 // bits
+    rows, cols = values.shape
+    grouped = values.reshape(rows // pack, pack, cols).astype(np.uint32)
+    out = np.zeros((rows // pack, cols), dtype=np.uint32)
+    for j in range(pack):
+        out |= grouped[:, j, :] << np.uint32(bits * j)
+    return out.view(np.int32)
+
+
+def gptq_tensors(name: str, weight: QuantizedLinear) -> dict[str, np.ndarray]:
+    """The four GPTQ tensors of one quantized linear, named after its weight `name`."""
+    n, k = weight.shape
+    bits, group = weight.bits, weight.group_size
+    pack = 32 // bits
+    if bits not in BITS:
+        raise BackendUnavailableError(f"{name}: {bits}-bit weights; the ONNX route writes 4 or 8 bits")
+    if k % group or k % pack or n % pack:
+        raise BackendUnavailableError(
+            f"{name}: shape [{n}, {k}] does not pack as GPTQ (needs in features a multiple of "
+            f"group_size {group} and of {pack}, out features a multiple of {pack}); "
+            "choose a group_size that divides the layer widths or export tflite")
+    q = weight.q.numpy()
+    qweight = np.empty((k // pack, n), dtype=np.int32)
+    for lo in range(0, n, COLUMN_CHUNK):   # [K, chunk] views of q transposed
+        qweight[:, lo:lo + COLUMN_CHUNK] = pack_along_rows(q[lo:lo + COLUMN_CHUNK].T, bits)
+    zeros = (weight.zeros.numpy().astype(np.int32) - 1) & ((1 << bits) - 1)   # v1 checkpoints
+    qzeros = pack_along_rows(np.ascontiguousarray(zeros), bits).T   # [K/g, N/pack]
+    base = name[: -len(".weight")]
+    return {f"{base}.qweight": qweight,
+            f"{base}.qzeros": np.ascontiguousarray(qzeros),
+            f"{base}.scales": np.ascontiguousarray(weight.scales.numpy().astype(np.float32).T),
+            f"{base}.g_idx": (np.arange(k, dtype=np.int32) // group)}
+
+
+def quantization_config(loaded: LoadedLm) -> dict:
+    """config.json's quantization_config; one bit width and group size for the whole model."""
+    grids = {(w.bits, w.group_size) for w in linear_weights(loaded).values()}
+    if len(grids) != 1:
+        raise BackendUnavailableError(
+            f"the ONNX route writes one bit width and group size per model, got {sorted(grids)}")
+    (bits, group), = grids
+    return {"quant_method": "gptq", "bits": bits, "group_size": group, "desc_act": False,
+            "sym": False, "checkpoint_format": "gptq"}
+
+
+def write_gptq_folder(loaded: LoadedLm, folder: Path) -> Path:
+    """config.json (+ quantization_config), model.safetensors, tokenizer and generation config."""
+    import torch
+    from safetensors.torch import save_file
+
+    if not loaded.quantized:
+        raise BackendUnavailableError("no quantized linears to write as GPTQ (run a quantize step)")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    model = loaded.model
+    state = model.state_dict()
+    params = dict(model.named_parameters(remove_duplicate=False))
+    missing = sorted(set(loaded.quantized) - set(params))
+    if missing:
+        raise BackendUnavailableError(f"quantized weight {missing[0]!r} is not a parameter of the model")
+    linears = linear_weights(loaded)
+    tensors: dict[str, torch.Tensor] = {}
+    for name, value in state.items():
+        if name not in linears and not _is_tied_copy(model, name):
+            tensors[name] = value.detach().contiguous()   # the checkpoint's dtype, no copy
+    for name, weight in linears.items():
+        tensors.update({k: torch.from_numpy(v) for k, v in gptq_tensors(name, weight).items()})
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+
+    config = model.config.to_dict()
+    config["architectures"] = [type(model).__name__]
+    config["quantization_config"] = quantization_config(loaded)
+    (folder / "config.json").write_text(json.dumps(config, indent=2, default=str))
+    save_tokenizer_and_generation(loaded, folder)
+    return folder
+
+
+def linear_weights(loaded: LoadedLm) -> dict[str, QuantizedLinear]:
+    """The quantized weights GPTQ stores, by the name the builder reads: the lm_head's matrix
+    as "<head module>.weight" even when a tied model's quantize step keyed it by the embedding
+    name; an untied input embedding left out (the builder takes it in float only; genai_graph.py
+    puts our integers back after it)."""
+    model = loaded.model
+    params = dict(model.named_parameters(remove_duplicate=False))
+    head = model.get_output_embeddings()
+    head_name = next(name for name, module in model.named_modules(remove_duplicate=False)
+                     if module is head) + ".weight"
+    embedding = model.get_input_embeddings().weight
+    out = {}
+    for name, weight in loaded.quantized.items():
+        param = params.get(name)
+        if param is head.weight:
+            out[head_name] = weight
+        elif param is not embedding:
+            out[name] = weight
+    return out
+
+
+def input_embedding_name(model) -> str:
+    weight = model.get_input_embeddings().weight
+    return next((name for name, p in model.named_parameters(remove_duplicate=False)
+                 if p is weight), "model.embed_tokens.weight")
+
+
+def save_tokenizer_and_generation(loaded: LoadedLm, folder: Path) -> None:
+    if loaded.tokenizer is None:
+        raise BackendUnavailableError("the model has no tokenizer; the ONNX route needs its "
+                                      "tokenizer files (load a folder with tokenizer.json)")
+    loaded.tokenizer.save_pretrained(str(folder))
+    generation = getattr(loaded.model, "generation_config", None)
+    if generation is not None:
+        generation.save_pretrained(str(folder))
+
+
+def _is_tied_copy(model, name: str) -> bool:
+    """lm_head.weight of a tied model is the embedding table: save_pretrained drops it too."""
+    return name == "lm_head.weight" and bool(getattr(model.config, "tie_word_embeddings", False))

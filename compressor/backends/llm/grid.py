@@ -1,0 +1,100 @@
+"""Integer grids for weight-only quantization, and the two ways to put weights on them:
+round to nearest (RTN) and GPTQ.
+
+The grid is asymmetric per group of `group_size` input channels: a float scale and an integer
+zero point each, w ~ (q - zero) * scale, q in 0 .. 2**bits - 1 (onnxruntime's MatMulNBits and
+llama.cpp's Q4_1-style blocks store exactly this). GPTQ (Frantar et al., 2022) quantizes one
+input column at a time and spreads each column's rounding error over the columns not yet
+quantized, weighted by the inverse Hessian of the layer's inputs (H = X^T X on calibration
+text), so the layer's outputs, not its weights, stay close.
+"""
+from __future__ import annotations
+
+import torch
+
+from compressor.backends.llm.model import QuantizedLinear
+
+GPTQ_DAMP = 0.01       # fraction of the mean Hessian diagonal added before inverting
+GPTQ_BLOCK = 128       # columns updated together (lazy batch updates)
+
+
+def grid_params(w: torch.Tensor, bits: int, symmetric: bool = False
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(scale, zero) per row of `w` [N, g] covering its range (0 always representable)."""
+    maxq = 2 ** bits - 1
+    if symmetric:
+        absmax = w.abs().amax(dim=1).clamp(min=1e-8)
+        scale = absmax / (maxq // 2)
+        return scale, torch.full_like(scale, (maxq + 1) // 2)
+    low, high = w.amin(dim=1).clamp(max=0), w.amax(dim=1).clamp(min=0)
+    scale = ((high - low) / maxq).clamp(min=1e-8)
+    return scale, torch.round(-low / scale).clamp(0, maxq)
+
+
+def _on_grid(w: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, maxq: int) -> torch.Tensor:
+    return torch.clamp(torch.round(w / scale) + zero, 0, maxq)
+
+
+def rtn(weight: torch.Tensor, bits: int, group_size: int, symmetric: bool = False
+        ) -> QuantizedLinear:
+    """Round to nearest on each group's own min-max grid."""
+    w = weight.detach().to(torch.float32)
+    n, k = w.shape
+    groups = w.reshape(n * (k // group_size), group_size)
+    scale, zero = grid_params(groups, bits, symmetric)
+    q = _on_grid(groups, scale[:, None], zero[:, None], 2 ** bits - 1)
+    return QuantizedLinear(q=q.reshape(n, k).to(torch.uint8),
+                           scales=scale.reshape(n, k // group_size),
+                           zeros=zero.reshape(n, k // group_size).to(torch.uint8),
+                           bits=bits, group_size=group_size)
+
+
+def gptq(weight: torch.Tensor, hessian: torch.Tensor, bits: int, group_size: int,
+         symmetric: bool = False) -> QuantizedLinear:
+    """GPTQ with groups: each group's grid is set from its (error-updated) weights when the
+    group's first column is reached; columns in input order (no act-order: the artifact's
+    groups stay contiguous)."""
+    w = weight.detach().to(torch.float32).clone()
+    n, k = w.shape
+    maxq = 2 ** bits - 1
+    h = hessian.to(torch.float32).clone()
+    dead = torch.diag(h) == 0            # inputs that were always zero: any value is exact
+    h[dead, dead] = 1.0
+    w[:, dead] = 0.0
+    h_inv = _inverse_cholesky(h)
+    q = torch.zeros(n, k, dtype=torch.uint8)
+    scales = torch.zeros(n, k // group_size)
+    zeros = torch.zeros(n, k // group_size, dtype=torch.uint8)
+    block = max(GPTQ_BLOCK, group_size)
+    for start in range(0, k, block):
+        stop = min(start + block, k)
+        w_block = w[:, start:stop].clone()
+        errors = torch.zeros_like(w_block)
+        h_block = h_inv[start:stop, start:stop]
+        for i in range(stop - start):
+            column = start + i
+            if column % group_size == 0:
+                scale, zero = grid_params(w_block[:, i:i + group_size], bits, symmetric)
+                scales[:, column // group_size] = scale
+                zeros[:, column // group_size] = zero.to(torch.uint8)
+            codes = _on_grid(w_block[:, i], scale, zero, maxq)
+            q[:, column] = codes.to(torch.uint8)
+            error = (w_block[:, i] - (codes - zero) * scale) / h_block[i, i]
+            w_block[:, i:] -= error[:, None] * h_block[i, i:][None, :]
+            errors[:, i] = error
+        w[:, stop:] -= errors @ h_inv[start:stop, stop:]
+    return QuantizedLinear(q=q, scales=scales, zeros=zeros, bits=bits, group_size=group_size)
+
+
+def _inverse_cholesky(h: torch.Tensor) -> torch.Tensor:
+    """The upper Cholesky factor of H^-1 (GPTQ's update rows), damped until H is positive
+    definite (calibration text too short for a layer's width leaves H singular)."""
+    damp = GPTQ_DAMP * torch.mean(torch.diag(h))
+    eye = torch.eye(len(h))
+    for _ in range(6):
+        factor, info = torch.linalg.cholesky_ex(h + damp * eye)
+        if not info:
+            inverse = torch.cholesky_inverse(factor)
+            return torch.linalg.cholesky(inverse, upper=True)
+        damp *= 10
+    raise ValueError("the calibration Hessian is not positive definite")   # unreachable in practice

@@ -1,0 +1,105 @@
+"""The language-model backend's handler table.
+
+apply: weight-only int4 (GPTQ or round-to-nearest, per group) and int8 (round to nearest, per
+group of 128: at 8 bits GPTQ buys nothing measurable) choose the integers every linear is
+stored with; float16 needs nothing before export.
+export: the ONNX route is onnxruntime-genai's model builder fed a GPTQ-format checkpoint of
+our integers (it packs them as MatMulNBits without rounding again); the TFLite route is
+litert-torch's generative converter (backends/llm/litert.py).
+
+Importing this module imports no framework.
+"""
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from compressor.schemes import (Float16, Float32, Int4WeightOnly, Int8WeightOnly, Scheme,
+                                apply_handler, export_handler)
+
+if TYPE_CHECKING:
+    from compressor.context import Context, ModelState
+
+KIND = "llm"
+INT8_GROUP = 128   # MatMulNBits blocks are powers of two; 128 is as good as per channel at 8 bits
+
+
+def weight_only_plan(scheme: Scheme, model: Any) -> Any:
+    """The bits / groups / algorithm `model`'s weights get under `scheme` (None: a float
+    scheme). int8: groups of 128, or the largest power of two dividing every width."""
+    from compressor.backends.llm.quantize import WeightOnlyPlan, widest_group
+
+    if isinstance(scheme, Int4WeightOnly):
+        return WeightOnlyPlan(4, scheme.group_size, scheme.algorithm)
+    if isinstance(scheme, Int8WeightOnly):
+        return WeightOnlyPlan(8, widest_group(model, INT8_GROUP), "rtn")
+    return None
+
+
+@apply_handler(Int4WeightOnly, KIND)
+def _int4(backend: Any, state: ModelState, scheme: Int4WeightOnly, ctx: Context) -> ModelState:
+    return _quantized(state, weight_only_plan(scheme, state.model), ctx)
+
+
+@apply_handler(Int8WeightOnly, KIND)
+def _int8(backend: Any, state: ModelState, scheme: Int8WeightOnly, ctx: Context) -> ModelState:
+    return _quantized(state, weight_only_plan(scheme, state.model), ctx)
+
+
+def _quantized(state: ModelState, plan: Any, ctx: Context) -> ModelState:
+    from compressor.backends.llm.quantize import quantize_lm
+
+    calibration = None if ctx.data.train is None else ctx.data.train[0]
+    ctx.progress.info(f"quantize: int{plan.bits} weights, groups of {plan.group_size}, "
+                      f"{plan.algorithm}" + (f" on {len(calibration)} calibration windows"
+                                             if plan.algorithm == "gptq" else ""))
+    quantized = quantize_lm(state.model, plan, calibration, ctx.progress.task)
+    return state.replace(model=state.model.with_quantized(quantized))
+
+
+# --- export: (scheme, module, function, made_by) per format ----------------------------------
+
+GENAI = ("onnxruntime-genai model builder fed a GPTQ-format checkpoint of compressor's {bits} "
+         "integers (MatMulNBits bits {n}, accuracy_level 4; embedding GatherBlockQuantized), {how}")
+EXPORTS = {
+    "onnx": (
+        (Float32, "genai", "write_genai_folder", "onnxruntime-genai model builder, float32 "
+         "(GroupQueryAttention, KV cache sized to the context)"),
+        (Float16, "genai", "write_genai_folder", "onnxruntime-genai model builder at float32, "
+         "weights stored float16 behind Casts (float32 compute)"),
+        (Int8WeightOnly, "genai", "write_genai_folder",
+         GENAI.format(bits="int8", n=8, how="round to nearest")),
+        (Int4WeightOnly, "genai", "write_genai_folder",
+         GENAI.format(bits="int4", n=4, how="the recipe's algorithm (GPTQ by default)")),
+    ),
+    "tflite": (
+        (Float32, "litert", "write_litert_model", "litert-torch 0.10.0 export_hf (the "
+         "transformers model traced with a KV cache: prefill_<T> / decode signatures), float32"),
+        (Float16, "litert", "write_litert_model", "litert-torch 0.10.0 export_hf, float16 "
+         "weights (DEQUANTIZE to float32 at load)"),
+        (Int8WeightOnly, "litert", "write_litert_model", "litert-torch 0.10.0 export_hf + "
+         "compressor's int8 integers where they are on LiteRT's grid (symmetric per output "
+         "channel), the rest rounded again (notes.tflite_weights); activations int8 per token "
+         "at run time"),
+        (Int4WeightOnly, "litert", "write_litert_model", "litert-torch 0.10.0 export_hf + "
+         "compressor's int4 integers where they are on LiteRT's grid (symmetric per block, "
+         "bfloat16 scales), the rest rounded again (notes.tflite_weights); activations int8 per "
+         "token at run time"),
+    ),
+}
+
+
+def _route(module_name: str, function: str):
+    """The export handler calling `function(state, scheme, path, ctx)` of
+    compressor/backends/llm/<module_name>.py (imported when it runs: it imports torch)."""
+    def write(backend: Any, state: ModelState, scheme: Scheme, path: Path, ctx: Context) -> Path:
+        module = importlib.import_module(f"compressor.backends.llm.{module_name}")
+        return getattr(module, function)(state, scheme, path, ctx)
+
+    return write
+
+
+for _fmt, _routes in EXPORTS.items():
+    for _scheme, _module, _function, _made_by in _routes:
+        export_handler(_scheme, KIND, _fmt, made_by=_made_by)(_route(_module, _function))

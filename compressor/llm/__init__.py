@@ -1,0 +1,1 @@
+"""Decoder language models: text data, shapes, memory footprint and the LLM catalogue."""

@@ -1,0 +1,46 @@
+"""Tiny language models for the LLM tests, built once per session and saved as Hugging Face
+folders (config.json, model.safetensors, tokenizer files) that share one tokenizer: a Llama
+trained on the built-in corpus (`trained_lm_dir`, ~25-40 s) so perplexity means something, and
+random-init models of each family (`random_lm_dir("qwen2")`, a second or two each)."""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from support import tiny_lm
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")   # nothing in these tests downloads
+
+
+@pytest.fixture(scope="session")
+def lm_tokenizer():
+    """The byte-level BPE tokenizer (512 ids, BOS prepended) trained on the corpus's
+    calibration part; every fixture model uses it."""
+    return tiny_lm.train_tokenizer(tiny_lm.builtin_texts()[0])
+
+
+@pytest.fixture(scope="session")
+def trained_lm_dir(tmp_path_factory, lm_tokenizer) -> Path:
+    """A tiny Llama (tied embeddings, GQA) trained on the built-in corpus's calibration text."""
+    model = tiny_lm.train_tiny_lm(lm_tokenizer, tiny_lm.builtin_texts()[0], family="llama")
+    return tiny_lm.save_hf_folder(model, lm_tokenizer,
+                                  tmp_path_factory.mktemp("trained-lm") / "tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def random_lm_dir(tmp_path_factory, lm_tokenizer) -> Callable[[str], Path]:
+    """`random_lm_dir(family)`: the folder of a random-init tiny model of that family
+    (tiny_lm.FAMILIES), built on first use."""
+    built: dict[str, Path] = {}
+
+    def folder(family: str = "llama") -> Path:
+        if family not in built:
+            model = tiny_lm.random_lm(lm_tokenizer, family)
+            built[family] = tiny_lm.save_hf_folder(
+                model, lm_tokenizer, tmp_path_factory.mktemp(f"random-{family}") / f"tiny-{family}")
+        return built[family]
+
+    return folder

@@ -1,0 +1,126 @@
+"""`compress` on causal language models end to end: a tiny Llama trained on the built-in text
+(so perplexity means something) through int4 / int8, random-init Qwen2 / Gemma 2 / Phi-3
+through int4, every artifact re-scored here in its runtime, and the refusals a user meets."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import compressor as cz
+from compressor import lm_metrics
+from compressor.llm.text_data import TextData
+
+pytestmark = pytest.mark.slow
+
+
+def _compress(cli, model_dir, recipe, out, *extra):
+    result = cli("--recipe", recipe, str(model_dir), "--data", "text", "--out", str(out),
+                 "--format", "onnx", *extra)
+    report = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else None
+    return result, report
+
+
+@pytest.fixture(scope="module")
+def int4_run(trained_lm_dir, tmp_path_factory):
+    from conftest import run_cli
+
+    out = tmp_path_factory.mktemp("int4") / "out"
+    return (out, *_compress(run_cli, trained_lm_dir, "int4", out))
+
+
+@pytest.fixture(scope="module")
+def int8_run(trained_lm_dir, tmp_path_factory):
+    from conftest import run_cli
+
+    out = tmp_path_factory.mktemp("int8") / "out"
+    return (out, *_compress(run_cli, trained_lm_dir, "int8", out))
+
+
+def test_int4_artifact_is_4bit_within_the_gate_and_generates(int4_run, trained_lm_dir):
+    out, result, report = int4_run
+    assert result.returncode == 0, result.stderr[-2000:]
+    (row,) = report["artifacts"]
+    assert row["path"] == "model-onnx" and (out / "model-onnx" / "genai_config.json").is_file()
+    baseline = report["baseline"]["perplexity"]
+    assert baseline < 120   # the trained model: far below the 512-token vocabulary
+    assert row["perplexity_increase"] == pytest.approx(row["perplexity"] / baseline - 1)
+    assert 0 <= row["perplexity_increase"] <= report["gate"]["max_increase"] == 0.10
+    assert row["top1_agreement"] >= 0.8
+    assert 0 < row["greedy_agreement"] <= 1
+    assert row["weight_share_at_bits"] >= 0.9 and row["weight_bits"] == 4
+    # float32 weights; a toy model's file is half graph, norms and rotary caches
+    checkpoint = (trained_lm_dir / "model.safetensors").stat().st_size
+    assert row["size_bytes"] < 0.4 * checkpoint
+    assert row["decode_tokens_per_s"] > 0 and row["prefill_ms"] > 0 and row["peak_rss_bytes"] > 0
+    # 2 layers x (K, V) x 2 KV heads x head_dim 16 x the 512-token context x float32
+    assert row["context"] == report["context"] == 512
+    assert row["kv_cache_bytes"] == 2 * 2 * 2 * 16 * 512 * 4
+    assert report["compress_peak_rss_bytes"] > 0
+    assert report["quantize"]["mode"] == "weight_only"
+
+
+def test_int4_perplexity_is_what_the_artifact_computes(int4_run, trained_lm_dir):
+    """Re-scored here, independently of the run: the artifact's own logits on the same
+    held-out windows give the reported perplexity."""
+    from transformers import AutoTokenizer
+
+    from compressor.runtimes.lm import open_lm_runtime
+
+    out, _, report = int4_run
+    _, evaluation = TextData().windows(AutoTokenizer.from_pretrained(trained_lm_dir))
+    outputs = open_lm_runtime(out / "model-onnx", threads=1).predict(evaluation)
+    assert lm_metrics.perplexity(outputs) == pytest.approx(report["artifacts"][0]["perplexity"],
+                                                           rel=1e-4)
+
+
+def test_int8_agrees_with_torch_on_95_percent_of_next_tokens(int8_run):
+    _, result, report = int8_run
+    assert result.returncode == 0, result.stderr[-2000:]
+    (row,) = report["artifacts"]
+    assert row["top1_agreement"] >= 0.95
+    assert abs(row["perplexity_increase"]) <= 0.02
+    assert row["weight_bits"] == 8 and row["weight_share_at_bits"] >= 0.9
+    assert report["quantize"]["mode"] == "weight_only"
+
+
+@pytest.mark.parametrize("family", ["qwen2", "gemma2", "phi3"])
+def test_int4_of_other_families(family, random_lm_dir, tmp_path):
+    result = cz.compress(str(random_lm_dir(family)), recipe="int4", data="text",
+                         out_dir=tmp_path / "out", formats=("onnx",), latency=False)
+    (row,) = result.report["artifacts"]
+    assert result.exit_code == 0, result.report["failures"]
+    assert row["weight_share_at_bits"] >= 0.9
+    assert abs(row["perplexity_increase"]) <= 0.10
+    assert row["top1_agreement"] >= 0.6
+
+
+def test_python_api_sweeps_llm_recipes_into_one_frame(trained_lm_dir, tmp_path):
+    frame = cz.sweep(str(trained_lm_dir), recipes=["int4", "fp16"],
+                     data=cz.TextData("text", eval_windows=8), out_dir=tmp_path / "sweep",
+                     formats=("onnx",), latency=False)
+    by_recipe = {row["recipe"]: row for _, row in frame.iterrows()}
+    assert set(by_recipe) == {"int4", "fp16"}
+    assert by_recipe["int4"]["size_bytes"] < 0.6 * by_recipe["fp16"]["size_bytes"]
+    assert abs(by_recipe["fp16"]["perplexity_increase"]) < 0.01
+    assert np.isfinite(frame["perplexity"]).all()
+    figure = cz.plot_pareto(frame, x="size_bytes", y="metric_value")
+    assert figure.axes
+
+
+def test_refusals_before_any_work(cli, random_lm_dir, tmp_path):
+    out = tmp_path / "out"
+    bad_group = tmp_path / "g128.yaml"
+    bad_group.write_text("name: g128\nextends: int4\nsteps:\n  - pass: quantize\n"
+                         "    mode: weight_only\n    dtype: int4\n    group_size: 128\n")
+    for args, fragment in (
+            (("--recipe", "int8_qat"), "does not fine-tune language models"),
+            (("--recipe", "int4", "--weights", "w.pt"), "--weights is for PyTorch"),
+            (("--recipe", str(bad_group)), "group_size 128 does not divide the input width 64"),
+            (("--recipe", "int4", "--data", str(tmp_path / "missing.txt")), "missing.txt")):
+        result = cli(*args, str(random_lm_dir("llama")), "--out", str(out))
+        assert result.returncode == 2, (args, result.stderr[-1500:])
+        assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
+        assert fragment in result.stderr, result.stderr
+        assert not out.exists()
