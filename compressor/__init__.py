@@ -9,6 +9,8 @@ use, so `compress --help` starts fast.
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import Any
 
 from compressor.errors import (AccuracyGateError, BackendUnavailableError, CompressorError,
@@ -48,3 +50,19 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(__all__)
+
+
+class _Package(types.ModuleType):
+    """Keeps `cz.sweep` the function once `compressor.sweep` the module is imported.
+
+    Importing a submodule sets it as an attribute of its package, which would replace a
+    public function of the same name (`cz.sweep(...)` -> "'module' object is not callable").
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, types.ModuleType) and _LAZY.get(name) == value.__name__:
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
