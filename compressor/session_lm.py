@@ -108,6 +108,10 @@ def open_lm_session(backend: Any, loaded: Any, data: Any, recipe: Recipe, *, out
                   context=kv_context)
     if format_note:
         ctx.progress.info(format_note)
+    if loaded.notes:   # what loading decided (a .gguf's grids kept): report.json `notes`
+        ctx.record.add_note("notes", list(loaded.notes))
+        for note in loaded.notes:
+            ctx.progress.info(note)
     return dict(recipe=recipe, backend=backend, model=loaded, model_ref=model_ref, info=info,
                 ctx=ctx, out_dir=out, force=force, target=target, measure_latency=latency,
                 threads=threads)

@@ -30,7 +30,7 @@ class LlmBackend(SchemeExporter):
 
         if weights is not None:
             raise ModelLoadError("--weights is for PyTorch state_dicts; a language model's "
-                                 "weights come with its folder (save_pretrained)")
+                                 "weights come with its folder (save_pretrained) or .gguf file")
         return load_lm(source, tokenizer)
 
     def clone(self, model: LoadedLm) -> LoadedLm:

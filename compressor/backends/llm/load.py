@@ -1,4 +1,4 @@
-"""Load causal language models as LoadedLm: a Hugging Face folder, a
+"""Load causal language models as LoadedLm: a Hugging Face folder, a `.gguf` file, a
 `module:function` returning a model (or `(model, tokenizer)`), or an in-memory model.
 
 A folder is loaded in its checkpoint's dtype (bf16 stays bf16: a float32 copy of a whole model
@@ -41,9 +41,9 @@ def _load(source: Any, tokenizer: Any) -> LoadedLm:
     if isinstance(source, (str, Path)):
         path = Path(source)
         if path.suffix == ".gguf":
-            raise ModelLoadError(f"{path}: .gguf input is not in this version yet; load it with "
-                                 "transformers (from_pretrained(folder, gguf_file=...)), "
-                                 "save_pretrained, and compress that folder")
+            from compressor.backends.llm.gguf import load_gguf
+
+            return load_gguf(path)
         if is_hf_folder(path):
             return _load_folder(path)
         from compressor.backends.references import call_reference, is_builder_reference

@@ -51,17 +51,25 @@ class LoadedLm:
     `source`: the Hugging Face folder it was read from (its tokenizer files and config are
     copied into artifacts), None for a model built in Python. `quantized`: parameter name of a
     linear weight (e.g. "model.layers.0.self_attn.q_proj.weight") -> its integers; empty until
-    a quantize pass ran. `dtype`: the float type the artifact's float tensors use."""
+    a quantize pass ran. `file_grids`: the integers the source file itself stores (a Q4_0
+    .gguf's blocks), which a quantize pass on the same grid keeps instead of rounding again;
+    float recipes and the float reference ignore them (the model holds their exact values)."""
 
     model: Any
     tokenizer: Any
     source: Path | None = None
     quantized: dict[str, QuantizedLinear] = field(default_factory=dict)
+    file_grids: dict[str, QuantizedLinear] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
 
     @property
     def config(self) -> Any:
         return self.model.config
+
+    def grids_on(self, bits: int, group_size: int) -> dict[str, QuantizedLinear]:
+        """The file's own grids that are the recipe's (bits, group_size): kept as they are."""
+        return {name: grid for name, grid in self.file_grids.items()
+                if grid.bits == bits and grid.group_size == group_size}
 
     def with_quantized(self, quantized: dict[str, QuantizedLinear], note: str | None = None
                        ) -> LoadedLm:

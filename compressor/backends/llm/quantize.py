@@ -44,8 +44,7 @@ def quantize_lm(loaded: LoadedLm, plan: WeightOnlyPlan, calibration: np.ndarray 
     `calibration`: token windows [n, T] (GPTQ); `task(description, total)`: a progress
     context yielding advance() (Progress.task)."""
     model = loaded.model
-    kept = {name: w for name, w in loaded.quantized.items()
-            if w.bits == plan.bits and w.group_size == plan.group_size}
+    kept = loaded.grids_on(plan.bits, plan.group_size)
     layers = decoder_layers(model)
     with torch.no_grad(), _progress(task, "quantize", len(layers) + 1) as advance:
         if plan.algorithm == "gptq" and calibration is not None:
