@@ -10,8 +10,6 @@ logits are the artifact's own over the whole window.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -194,15 +192,10 @@ class GenaiLm:
     def speed(self, prefill_tokens: int = 512, decode_tokens: int = 64) -> dict:
         """prefill_ms, decode_tokens_per_s, peak_rss_bytes, threads (+ the token counts used):
         measured in a child process that imports only onnxruntime-genai (no torch)."""
-        command = [sys.executable, "-m", "compressor.runtimes.genai_speed", str(self.folder),
-                   "--threads", str(self.threads), "--prefill", str(prefill_tokens),
-                   "--decode", str(decode_tokens)]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-        if done.returncode or not lines:
-            tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            raise ModelLoadError(f"{self.folder}: the onnxruntime-genai speed run failed ({tail})")
-        return json.loads(lines[-1])
+        from compressor.runtimes.lm_speed import run_child
+
+        return run_child("compressor.runtimes.genai_speed", self.folder, self.threads, prefill_tokens, decode_tokens,
+                         "onnxruntime-genai")
 
 
 def _ids(value) -> tuple[int, ...]:

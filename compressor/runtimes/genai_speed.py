@@ -1,25 +1,16 @@
-"""Time an onnxruntime-genai folder in a process of its own, so its peak RSS is what loading
-and generating cost (no torch, no compress run around it):
+"""Time an onnxruntime-genai folder in a process of its own (lm_speed.py says what and why):
 
     python -m compressor.runtimes.genai_speed FOLDER --threads N --prefill 512 --decode 64
 
-prints one JSON line: prefill_ms (the best of 3 prefills of `prefill` tokens into a fresh
-generator), decode_tokens_per_s (`decode` greedy steps after that prefill, end-of-sequence
-suppressed), peak_rss_bytes (VmHWM of this process), threads, prefill_tokens, decode_tokens.
-Both counts are capped so prefill + decode fit the artifact's context.
+End-of-sequence is suppressed (min_length), so every decode step produces a token.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import sys
-import time
 
 import numpy as np
 
-from compressor.runtimes.litert_lm_speed import peak_rss_bytes
-
-PREFILL_REPEATS = 3
+from compressor.runtimes.lm_speed import child_main, fitting_counts, timed
 
 
 def measure(folder: str, threads: int | None, prefill: int, decode: int) -> dict:
@@ -27,46 +18,22 @@ def measure(folder: str, threads: int | None, prefill: int, decode: int) -> dict
 
     og = _og()
     runtime = GenaiLm(folder, threads=threads)
-    context = runtime.context
-    prefill = max(1, min(prefill, context - 1, max(context - decode, context // 2)))
-    decode = max(1, min(decode, context - prefill))
+    prefill, decode = fitting_counts(runtime.context, prefill, decode)
     vocab = int(runtime.config["model"]["vocab_size"])
     ids = np.random.default_rng(0).integers(min(4, vocab - 1), vocab, prefill).astype(np.int32)
     model = runtime.og_model()
+    current = {}
 
-    def generator():
+    def reset() -> None:
         params = og.GeneratorParams(model)
         total = prefill + decode
         params.set_search_options(max_length=total, min_length=total, do_sample=False)
-        return og.Generator(model, params)
+        current["generator"] = og.Generator(model, params)
 
-    times = []
-    for _ in range(PREFILL_REPEATS):
-        gen = generator()
-        start = time.perf_counter()
-        gen.append_tokens(ids)
-        times.append(time.perf_counter() - start)
-    start = time.perf_counter()
-    for _ in range(decode):
-        gen.generate_next_token()
-    seconds = time.perf_counter() - start
-    return {"prefill_ms": round(min(times) * 1000, 3),
-            "decode_tokens_per_s": round(decode / seconds, 3),
-            "peak_rss_bytes": peak_rss_bytes(),
-            "threads": runtime.threads, "prefill_tokens": int(prefill),
-            "decode_tokens": int(decode)}
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("folder")
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--prefill", type=int, default=512)
-    parser.add_argument("--decode", type=int, default=64)
-    args = parser.parse_args(argv)
-    print(json.dumps(measure(args.folder, args.threads, args.prefill, args.decode)))
-    return 0
+    return timed(reset, lambda: current["generator"].append_tokens(ids),
+                 lambda: current["generator"].generate_next_token(), decode, runtime.threads,
+                 prefill)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(child_main(measure, __doc__.splitlines()[0]))

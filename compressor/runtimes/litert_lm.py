@@ -11,9 +11,6 @@ past the current position, which the causal mask hides until decode overwrites t
 """
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -180,15 +177,10 @@ class LiteRtLm:
     def speed(self, prefill_tokens: int = 512, decode_tokens: int = 64) -> dict:
         """prefill_ms, decode_tokens_per_s, peak_rss_bytes, threads, prefill_tokens: measured
         in a child process that imports only this runtime (no torch)."""
-        command = [sys.executable, "-m", "compressor.runtimes.litert_lm_speed", str(self.path),
-                   "--threads", str(self.threads), "--prefill", str(prefill_tokens),
-                   "--decode", str(decode_tokens)]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-        if done.returncode or not lines:
-            tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            raise ModelLoadError(f"{self.path}: the LiteRT speed run failed ({tail})")
-        return json.loads(lines[-1])
+        from compressor.runtimes.lm_speed import run_child
+
+        return run_child("compressor.runtimes.litert_lm_speed", self.path, self.threads, prefill_tokens, decode_tokens,
+                         "LiteRT")
 
     def tokenizer_files(self) -> dict[str, bytes]:
         """The tokenizer files the TFLite route stored in the file ("tokenizer.json", ...),
