@@ -1,29 +1,31 @@
 """Bytes of a language model per recipe: the artifact as the LLM route's exporter writes it,
 the KV cache at a context length, and the runtime's working memory while generating.
 
-The artifact is the onnxruntime-genai model builder's folder (model.onnx + model.onnx.data,
-CPU execution provider). Its layout was measured by running the builder (0.18.0) on tiny
-configs of each family and reading back every initializer (tests/plan/test_builder_layout.py
-repeats that and holds the prediction within 2%):
+The artifact is the folder compressor's ONNX route writes (backends/llm/genai*.py: model.onnx +
+model.onnx.data, CPU execution provider): onnxruntime-genai's model builder (0.18.0) fed a
+GPTQ-format checkpoint of our integers, then finished by genai_graph.py / genai_fp16.py.
+tests/llm/test_plan_matches_exports.py holds the plan within 2% of that exporter's files;
+tests/plan/test_builder_layout.py holds `builder_layout` (the builder run on its own) within 2%.
 
 - Linear layers become MatMulNBits: per output row, ceil(K / block) blocks of `block` weights
-  packed at `bits` (K padded up to whole blocks), one scale per block in the io dtype, and for
-  asymmetric weights one zero point per block packed at the weight's bit width.
-- On the CPU EP int4 / int8 models keep float32 io: scales, norms, biases, rotary caches, the
-  float embedding and the KV cache are float32; an fp16 build keeps them float16 (Gemma's
-  norms stay float32). An fp16 build for the CPU EP writes fine but fails to generate in
-  onnxruntime-genai 0.18 (a Cast shape mismatch): its layout is planned all the same.
-- The embedding of an untied model stays a float Gather unless an int4 build quantizes it
-  (GatherBlockQuantized: `op_types_to_quantize=MatMul/Gather`). A tied model shares one matrix
-  (shared_embeddings): float, or in an int4 build the quantized lm_head (int4, or int8 with
-  `matmul_mixed_precision=last_matmul:int8`); a plain int8 build stores a float embedding
-  beside its int8 lm_head.
-- Rotary cos/sin caches: max_position_embeddings rows x rotary_dim / 2, two per cache
-  (Phi-3 LongRoPE and Gemma 3 write two caches).
+  packed at `bits` (K padded up to whole blocks), one float32 scale per block, and for
+  asymmetric weights one zero point per block packed at the weight's bit width. Our integers
+  are asymmetric (GPTQ grid): uint8 zero points, two per byte at 4 bits, one at 8 bits.
+- int8 uses blocks of 128, or the largest power of two dividing every input width
+  (backends/llm/handlers.py INT8_GROUP); int4 the recipe's group (32, or 128 for int4_g128).
+- The lm_head is ours too (same grid). A tied embedding is the lm_head's matrix (one copy: a
+  GatherBlockQuantized reads the MatMulNBits tensors; both int4 and int8 are built at -p int4,
+  so this holds at 8 bits as well); an untied one becomes a GatherBlockQuantized over our
+  integers (no per-block padding).
+- fp16 is a float32 graph with each weight matrix stored float16 behind a Cast: norms, biases,
+  rotary caches stay float32 and so do the KV cache and activations (float32 compute).
+- Rotary cos/sin caches: min(max_position_embeddings, context) rows x rotary_dim / 2, two per
+  cache (Phi-3 LongRoPE and Gemma 3 write two caches): the exporter cuts them to the run's
+  context (its KV-cache length).
 - model.onnx itself (the graph, no weights) grows by a fixed amount per decoder layer.
 
 LAYOUTS below is that table, one entry per recipe, in one place: the exporter owner adjusts it
-(e.g. an int8 lm_head) and plans follow.
+and plans follow.
 """
 from __future__ import annotations
 
@@ -43,6 +45,8 @@ class Storage:
     group_size: int | None = None    # quantized: values per scale along K; None = the whole row
     scale_bytes: int = 4
     zero_point_bits: int = 0         # 0 = symmetric (no zero points)
+    fit_group: bool = False          # group = the largest power of two <= group_size dividing
+                                     # every input width (the int8 route's choice)
 
     @property
     def quantized(self) -> bool:
@@ -83,6 +87,8 @@ class Layout:
     graph_bytes_qk_norm: int = 0     # per layer with q/k norms (Qwen3, Gemma 3)
     graph_bytes_extra_norm: int = 0  # per norm beyond two per layer (Gemma 2 / 3)
     gathers_quantized: bool = False  # an int4 build: GatherBlockQuantized can read the lm_head
+    graph_bytes_bias: int = 0        # per layer with projection biases (the Add nodes)
+    graph_bytes_gemma: int = 0       # Gemma's embedding scale and logit soft-cap nodes
 
     def shares_tied_embedding(self, shape: ModelShape) -> bool:
         """The builder's shared_embeddings (on by default for a tied model): one matrix serves
@@ -128,18 +134,41 @@ def builder_layout(recipe: str, precision: str, block_size: int = 32, *, symmetr
                   gathers_quantized=bits == 4)
 
 
-# The recipes of the LLM route as its exporter runs the builder (edit here, plans follow):
-# int4 feeds the builder a GPTQ-format checkpoint (asymmetric, 4-bit zero points) and asks
-# for an int4 embedding (op_types_to_quantize=MatMul/Gather) - without it an untied 8B model
-# keeps a 2.1 GB float32 embedding table.
+# model.onnx without weights as compressor's ONNX route writes it: (fixed, per decoder layer),
+# fitted to 2-, 4- and 8-layer tiny Llamas (int8 / int4 built at -p int4; fp16 = the fp32 graph
+# + one Cast per weight matrix); + per layer with q/k/v biases (Qwen2), per norm beyond two per
+# layer and Gemma's fixed nodes (Gemma 2); q/k norms (Qwen3) as the builder measured above.
+_EXPORT_GRAPH = {"fp32": (3_430, 5_360, 3_570), "fp16": (3_540, 6_250, 3_570),
+                 "int8": (4_280, 7_770, 3_770), "int4": (4_280, 8_010, 3_770)}
+_EXPORT_GRAPH_BIAS, _EXPORT_GRAPH_EXTRA_NORM, _EXPORT_GRAPH_GEMMA = 370, 410, 1_090
+INT8_GROUP = 128   # int8 blocks of 128, or fewer where widths need (backends/llm/handlers.py uses it)
+
+
+def exporter_layout(recipe: str, precision: str, group_size: int = 32,
+                    accuracy_rank: int = 0) -> Layout:
+    """The layout compressor's ONNX route (backends/llm/genai.py) writes for a recipe:
+    float32 / float16 (the fp32 build, weights halved behind Casts; float32 io), or our
+    asymmetric integers at `group_size` for every linear, the lm_head and the embedding."""
+    fixed, layer, qk = _EXPORT_GRAPH[precision]
+    graph = dict(graph_bytes=fixed, graph_bytes_per_layer=layer, graph_bytes_qk_norm=qk,
+                 graph_bytes_extra_norm=_EXPORT_GRAPH_EXTRA_NORM,
+                 graph_bytes_bias=_EXPORT_GRAPH_BIAS, graph_bytes_gemma=_EXPORT_GRAPH_GEMMA)
+    if precision in ("fp32", "fp16"):
+        flt = F32 if precision == "fp32" else F16
+        return Layout(recipe, flt, flt, flt, 4, accuracy_rank=accuracy_rank, **graph)
+    bits = {"int8": 8, "int4": 4}[precision]
+    ours = Storage(bits, group_size, 4, bits, fit_group=bits == 8)
+    return Layout(recipe, ours, ours, ours, 4, accuracy_rank=accuracy_rank,
+                  gathers_quantized=True, **graph)
+
+
+# The recipes of the LLM route as its exporter writes them (edit here, plans follow).
 LAYOUTS: dict[str, Layout] = {
-    "fp32": builder_layout("fp32", "fp32", accuracy_rank=5),
-    "fp16": builder_layout("fp16", "fp16", accuracy_rank=4),
-    "int8": builder_layout("int8", "int8", 32, accuracy_rank=3),
-    "int4": builder_layout("int4", "int4", 32, prequantized_zero_points=True,
-                           quantize_embedding=True, accuracy_rank=2),
-    "int4_g128": builder_layout("int4_g128", "int4", 128, prequantized_zero_points=True,
-                                quantize_embedding=True, accuracy_rank=1),
+    "fp32": exporter_layout("fp32", "fp32", accuracy_rank=5),
+    "fp16": exporter_layout("fp16", "fp16", accuracy_rank=4),
+    "int8": exporter_layout("int8", "int8", INT8_GROUP, accuracy_rank=3),
+    "int4": exporter_layout("int4", "int4", 32, accuracy_rank=2),
+    "int4_g128": exporter_layout("int4_g128", "int4", 128, accuracy_rank=1),
 }
 DEFAULT_RECIPES = ("fp16", "int8", "int4", "int4_g128")
 
@@ -172,10 +201,30 @@ def _tensor_bytes(t: TensorSpec, layout: Layout, shared: bool, family: str) -> i
     return t.numel * layout.io_bytes        # norms, biases: float in the io dtype
 
 
-@lru_cache(maxsize=64)
-def weight_bytes(shape: ModelShape, layout: Layout) -> WeightBytes:
-    """The artifact's bytes (model.onnx + model.onnx.data) by tensor kind (cached: a plan asks
-    for the same recipe many times while it searches for the longest context that fits)."""
+def _fit_groups(shape: ModelShape, layout: Layout) -> Layout:
+    """A layout whose `fit_group` storages take the largest power-of-two group (>= 16) up to
+    their group_size that divides every quantized input width (quantize.widest_group)."""
+    if not layout.linears.fit_group:
+        return layout
+    widths = (shape.hidden_size, shape.q_width, shape.intermediate_size)
+    group = layout.linears.group_size or shape.hidden_size
+    while group > 16 and any(w % group for w in widths):
+        group //= 2
+
+    def fit(s: Storage) -> Storage:
+        return replace(s, group_size=group) if s.fit_group else s
+
+    return replace(layout, linears=fit(layout.linears), lm_head=fit(layout.lm_head),
+                   embedding=fit(layout.embedding))
+
+
+@lru_cache(maxsize=256)
+def weight_bytes(shape: ModelShape, layout: Layout, context: int | None = None) -> WeightBytes:
+    """The artifact's bytes (model.onnx + model.onnx.data) by tensor kind, with the rotary
+    caches cut to `context` rows as the exporter cuts them (None: max_position_embeddings).
+    Cached: a plan asks for the same recipe many times while it searches for the longest
+    context that fits."""
+    layout = _fit_groups(shape, layout)
     shared = layout.shares_tied_embedding(shape)
     by_kind = dict.fromkeys(("embedding", "lm_head", "attention", "mlp", "norm", "bias"), 0)
     per_layer = [0] * shape.num_layers
@@ -184,11 +233,13 @@ def weight_bytes(shape: ModelShape, layout: Layout) -> WeightBytes:
         by_kind[t.kind] += size
         if t.layer is not None:
             per_layer[t.layer] += size
-    by_kind["rotary"] = sum(rows * (shape.rotary_dim // 2) * 2 * layout.io_bytes
+    by_kind["rotary"] = sum(min(rows, context or rows) * (shape.rotary_dim // 2) * 2 * layout.io_bytes
                             for rows in shape.rope_cache_rows)
     per_layer_graph = (layout.graph_bytes_per_layer + layout.graph_bytes_qk_norm * shape.qk_norm
-                       + layout.graph_bytes_extra_norm * (shape.norms_per_layer - 2))
-    by_kind["graph"] = layout.graph_bytes + per_layer_graph * shape.num_layers
+                       + layout.graph_bytes_extra_norm * (shape.norms_per_layer - 2)
+                       + layout.graph_bytes_bias * bool(shape.biases))
+    gemma = layout.graph_bytes_gemma if shape.family.startswith("gemma") else 0
+    by_kind["graph"] = layout.graph_bytes + gemma + per_layer_graph * shape.num_layers
     return WeightBytes(by_kind=by_kind, per_layer=tuple(per_layer))
 
 

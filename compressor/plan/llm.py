@@ -54,8 +54,9 @@ def kv_bytes_of(layout: Layout, kv_dtype: str | None) -> int:
 
 def total_at(shape: ModelShape, layout: Layout, context: int, batch: int, kv_bytes: int,
              weights: int | None = None) -> tuple[int, int, int]:
-    """(weights, KV cache, working) bytes while generating at `context` positions."""
-    weights = weight_bytes(shape, layout).total if weights is None else weights
+    """(weights, KV cache, working) bytes while generating at `context` positions (the
+    artifact's rotary caches are cut to the context it is exported for)."""
+    weights = weight_bytes(shape, layout, context).total if weights is None else weights
     kv = kv_cache_bytes(shape, context, batch, kv_bytes)
     return weights, kv, working_bytes(shape, layout, context, batch)
 
@@ -63,10 +64,8 @@ def total_at(shape: ModelShape, layout: Layout, context: int, batch: int, kv_byt
 def max_context(shape: ModelShape, layout: Layout, usable: int, batch: int, kv_bytes: int) -> int:
     """The longest context (at most max_position_embeddings) whose total still fits; 0 when
     not even one position does."""
-    weights = weight_bytes(shape, layout).total
-
     def fits(c: int) -> bool:
-        return sum(total_at(shape, layout, c, batch, kv_bytes, weights)) <= usable
+        return sum(total_at(shape, layout, c, batch, kv_bytes)) <= usable
 
     lo, hi = 0, shape.max_position_embeddings
     if fits(hi):
@@ -90,15 +89,18 @@ def decode_bound(shape: ModelShape, layout: Layout, profile: DeviceProfile, cont
                  batch: int, kv_bytes: int) -> float | None:
     if not profile.memory_bandwidth:
         return None
-    read = weight_bytes(shape, layout).read_per_token + kv_cache_bytes(shape, context, batch, kv_bytes)
+    read = weight_bytes(shape, layout, context).read_per_token + kv_cache_bytes(shape, context, batch, kv_bytes)
     return profile.memory_bandwidth * batch / read
 
 
 def prefill_bound(shape: ModelShape, layout: Layout, profile: DeviceProfile, context: int) -> float | None:
-    """int8 / int4 artifacts compute in int8 (MatMulNBits accuracy_level 4); fp16 in fp16;
-    fp32 at half the fp16 rate (NEON / AVX do twice as many fp16 lanes)."""
-    rate = {4: profile.int8_ops, 8: profile.int8_ops, 16: profile.fp16_ops}.get(
-        layout.linears.bits, (profile.fp16_ops or 0) / 2)
+    """int8 / int4 artifacts compute in int8 (MatMulNBits accuracy_level 4); float16 io in
+    fp16; float32 io (fp32, and the route's fp16: float16 weights, float32 compute) at half
+    the fp16 rate (NEON / AVX do twice as many fp16 lanes)."""
+    if layout.linears.quantized:
+        rate = profile.int8_ops
+    else:
+        rate = profile.fp16_ops if layout.io_bytes == 2 else (profile.fp16_ops or 0) / 2
     if not rate:
         return None
     return rate / ops_per_token(shape, min(context, 512))

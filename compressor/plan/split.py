@@ -73,7 +73,7 @@ def _partition(costs: list[int], k: int, first: int, last: int) -> list[tuple[in
 def split_plan(shape: ModelShape, layout: Layout, profile: DeviceProfile, devices: int,
                context: int, batch: int, kv_dtype: str | None) -> Split:
     kv_bytes = kv_bytes_of(layout, kv_dtype)
-    w = weight_bytes(shape, layout)
+    w = weight_bytes(shape, layout, context)
     costs = [w.per_layer[i] + kv_cache_bytes(shape, context, batch, kv_bytes, range(i, i + 1))
              for i in range(shape.num_layers)]
     p = min(context, PREFILL_TOKENS) * batch

@@ -63,8 +63,8 @@ def test_the_8b_llama_on_orin_nx_at_4k():
     assert plans["int4"].fits and plans["int4_g128"].fits
     assert recommend(list(plans.values()), nx.llm_budget_bytes) == "int4"
     int4 = plans["int4"]
-    # GPTQ int4 body: 0.5 + 4/32 scale + 0.5/32 zero point bytes per weight; int4 lm_head and
-    # embedding (RTN, symmetric); float32 KV cache of the CPU build
+    # our int4 everywhere (linears, lm_head, embedding): 0.5 + 4/32 scale + 0.5/32 zero point
+    # bytes per weight; float32 KV cache of the CPU build
     assert 5.1e9 < int4.weights_bytes < 5.3e9 and int4.kv_cache_bytes == 2 * 536_870_912
     assert int4.total_bytes == int4.weights_bytes + int4.kv_cache_bytes + int4.working_bytes
     assert 4096 < int4.max_context < 8192 and plans["fp16"].max_context == 0
@@ -83,7 +83,7 @@ def test_max_context_is_where_the_total_crosses_the_budget():
     c = max_context(shape, layout, usable, 1, kv)
 
     def total(n):
-        return weight_bytes(shape, layout).total + kv_cache_bytes(shape, n, 1, kv) + \
+        return weight_bytes(shape, layout, n).total + kv_cache_bytes(shape, n, 1, kv) + \
             working_bytes(shape, layout, n)
     assert total(c) <= usable < total(c + 1)
     small = lookup("smollm2-135m").shape()         # fits at every position it was trained for
