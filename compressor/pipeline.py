@@ -182,7 +182,7 @@ def _judge(session: Session, rows: list[dict[str, Any]], state: ModelState) -> d
     passed."""
     failed = session.record.failed_formats
     validation = session.validation
-    failures = [validate.gate_failure(validation, row) for row in rows
+    failures = [validate.gate_failure(validation, row, session.metric_name) for row in rows
                 if not validate.gate_passes(validation, row["metric_value"], row["drop"])]
     failures += _weight_share_failures(state, rows)
     gate_passed = not failures

@@ -78,7 +78,7 @@ def build_report(session: Session, rows: list[dict[str, Any]], verdict: dict[str
 def _add_language_model_keys(report: dict[str, Any], session: Session, validation: Any) -> None:
     """baseline.perplexity, the gate's allowed increase, the context the KV caches are sized
     to, and the peak RSS this run needed (the conversion, children included)."""
-    from compressor.validate import allowed_increase
+    from compressor.gate import allowed_increase
 
     report["baseline"]["perplexity"] = session.ctx.baseline_value
     report["baseline"]["fp16_bytes"] = 2 * session.info.params   # the ratio's denominator
@@ -96,8 +96,13 @@ def peak_rss_bytes() -> int:
 
 
 def write_report(report: dict[str, Any], folder: Path) -> None:
+    """report.json, report.md and report.html into `folder` (the caller's staging folder, which
+    is published whole; report.html reads the artifacts beside it for its tensor chart)."""
+    from compressor.html.report_page import render_html
+
     (folder / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     (folder / "report.md").write_text(render_markdown(report))
+    (folder / "report.html").write_text(render_html(report, folder))
 
 
 def render_markdown(report: dict[str, Any]) -> str:
@@ -233,8 +238,8 @@ def _count(n: int | None) -> str:
 
 
 def _gate_text(gate: dict[str, Any], metric: str) -> str:
-    if gate.get("min_fidelity") is not None:
-        return f"fidelity >= {gate['min_fidelity']}"
-    return f"{metric} drop <= {gate['max_drop']}"
+    from compressor.gate import bound_from_report
+
+    return bound_from_report(gate, metric).text()
 
 

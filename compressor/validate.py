@@ -14,6 +14,7 @@ import numpy as np
 
 from compressor import lm_metrics
 from compressor.errors import DataError
+from compressor.gate import gate_bound
 from compressor.steps import ValidateConfig
 from compressor.tensor_names import short_tensor_name
 from compressor.tensors import Arrays, aligned_outputs, is_named, select_output
@@ -149,26 +150,12 @@ def drop(metric: str | MetricFn, baseline: float, value: float) -> float:
 
 
 def gate_passes(config: ValidateConfig, metric_value_: float, drop_: float) -> bool:
-    if config.metric == "fidelity" and config.min_fidelity is not None:
-        return metric_value_ >= config.min_fidelity
-    if config.metric == "perplexity":
-        return drop_ <= allowed_increase(config) + 1e-12
-    return drop_ <= config.max_drop + 1e-12  # equal counts as passing despite float rounding
+    return gate_bound(config).passes(metric_value_, drop_)
 
 
-def gate_failure(config: ValidateConfig, row: dict) -> str:
-    """The failure line of an artifact the gate refused."""
-    if config.metric == "perplexity":
-        return (f"{row['path']} perplexity {row['metric_value']:.3f} is {row['drop']:+.1%} vs the "
-                f"original's, over the allowed +{allowed_increase(config):.1%}")
-    return f"{row['path']} {config.metric} drop {row['drop']:.4f} > {config.max_drop}"
-
-
-DEFAULT_MAX_INCREASE = 0.05   # language models: relative perplexity increase allowed
-
-
-def allowed_increase(config: ValidateConfig) -> float:
-    return DEFAULT_MAX_INCREASE if config.max_increase is None else config.max_increase
+def gate_failure(config: ValidateConfig, row: dict, metric_name: str | None = None) -> str:
+    """The failure line of an artifact the gate refused: its number and the bound it missed."""
+    return gate_bound(config, metric_name).failure(row["path"], row["metric_value"], row["drop"])
 
 
 def evaluate_artifact(path, data, reference: np.ndarray, baseline: float,

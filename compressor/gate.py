@@ -1,0 +1,70 @@
+"""The accuracy gate as one bound: which key of a recipe's `validate` decides (max_drop,
+min_fidelity, max_increase), the number it compares, and the line naming both when an artifact
+fails it. Passing, failing and the words said about it come from the same place, so a message
+cannot name a bound other than the one that decided.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from compressor.steps import ValidateConfig
+
+DEFAULT_MAX_INCREASE = 0.05   # language models: relative perplexity increase allowed
+TOLERANCE = 1e-12             # equal to the bound counts as passing despite float rounding
+
+
+@dataclass(frozen=True)
+class GateBound:
+    """`key` (the validate key that decides) and its `limit`, for metric `metric`."""
+
+    key: str        # "max_drop" | "min_fidelity" | "max_increase"
+    limit: float
+    metric: str
+
+    def passes(self, value: float, drop: float) -> bool:
+        if self.key == "min_fidelity":
+            return value >= self.limit - TOLERANCE
+        return drop <= self.limit + TOLERANCE
+
+    def failure(self, path: str, value: float, drop: float) -> str:
+        """The failure line: the artifact, its number, and the bound it missed."""
+        if self.key == "min_fidelity":
+            return f"{path} fidelity {value:.4f} < min_fidelity {self.limit}"
+        if self.key == "max_increase":
+            return (f"{path} perplexity {value:.3f} is {drop:+.1%} vs the original's, over "
+                    f"max_increase +{self.limit:.1%}")
+        if self.metric == "mse":
+            return f"{path} mse {value:.4g} rises by {drop:.4g} > max_drop {self.limit}"
+        return (f"{path} {self.metric} {value:.4f} drops by {drop:.4f} (from {value + drop:.4f}) "
+                f"> max_drop {self.limit}")
+
+    def text(self) -> str:
+        """What the gate asks, for report.md's Gate line."""
+        if self.key == "min_fidelity":
+            return f"fidelity >= {self.limit}"
+        if self.key == "max_increase":
+            return f"perplexity increase <= +{self.limit:.1%}"
+        rises = "rise" if self.metric == "mse" else "drop"
+        return f"{self.metric} {rises} <= {self.limit}"
+
+
+def gate_bound(config: ValidateConfig, metric_name: str | None = None) -> GateBound:
+    """The bound `config` sets; `metric_name`: a custom metric's name (default config.metric)."""
+    if config.metric == "fidelity" and config.min_fidelity is not None:
+        return GateBound("min_fidelity", config.min_fidelity, "fidelity")
+    if config.metric == "perplexity":
+        return GateBound("max_increase", allowed_increase(config), "perplexity")
+    return GateBound("max_drop", config.max_drop, metric_name or config.metric)
+
+
+def allowed_increase(config: ValidateConfig) -> float:
+    return DEFAULT_MAX_INCREASE if config.max_increase is None else config.max_increase
+
+
+def bound_from_report(gate: dict, metric: str) -> GateBound:
+    """The bound of a report.json `gate` section (report.md is rendered from report.json)."""
+    if gate.get("min_fidelity") is not None:
+        return GateBound("min_fidelity", gate["min_fidelity"], "fidelity")
+    if metric == "perplexity" and gate.get("max_increase") is not None:
+        return GateBound("max_increase", gate["max_increase"], "perplexity")
+    return GateBound("max_drop", gate["max_drop"], metric)
