@@ -111,6 +111,10 @@ def test_hugging_face_bert_by_module_function(cli, tmp_path):
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     for row in report["artifacts"]:
         assert row["metric_value"] >= 0.999, row
+        # one MAC count for both files, on the data's 16 positions: 2 layers x (q, k, v, out
+        # 32x32 + ffn 32x64 x2) x 16 + the pooler 32x32 (ONNX used to lose the batch dim after
+        # the attention reshape and count only the first MatMuls: 49,152)
+        assert row["macs"] == 2 * 16 * (4 * 32 * 32 + 2 * 32 * 64) + 32 * 32, row
     runtime = open_runtime(tmp_path / "out" / "model.onnx")
     assert runtime.output_names == ["last_hidden_state", "pooler_output"]
     # int8: dynamic (attention, LayerNorm, embeddings), int8 weights in both formats
@@ -124,3 +128,6 @@ def test_hugging_face_bert_by_module_function(cli, tmp_path):
     assert report["quantize"]["mode"] == "dynamic"
     for row in report["artifacts"]:
         assert row["metric_value"] >= 0.98 and row["int8_weight_share"] >= 0.9, row
+    tflite_macs, onnx_macs = (row["macs"] for row in sorted(report["artifacts"],
+                                                             key=lambda r: r["format"] != "tflite"))
+    assert abs(onnx_macs - tflite_macs) <= 0.05 * tflite_macs, (onnx_macs, tflite_macs)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from compressor.runtimes.base import ArtifactInfo, Runtime, WeightTensor, format_of
+from compressor.runtimes.base import ArtifactInfo, Runtime, SampleShapes, WeightTensor, format_of
 
 __all__ = ["ArtifactInfo", "Runtime", "WeightTensor", "format_of", "inspect_artifact",
            "open_runtime"]
@@ -26,7 +26,9 @@ def open_runtime(path: Path, threads: int | None = None,
     return OnnxRuntime(path, threads=threads, optimization=optimization)
 
 
-def inspect_artifact(path: Path) -> ArtifactInfo:
+def inspect_artifact(path: Path, sample_shapes: SampleShapes | None = None) -> ArtifactInfo:
+    """What the file holds; `sample_shapes` (input name -> one sample's shape, from the data)
+    fixes free dims such as the sequence length, so both formats count MACs on the same shapes."""
     if Path(path).is_dir():   # an LLM's onnxruntime-genai folder (model-onnx/)
         from compressor.runtimes.genai_inspect import inspect_genai
 
@@ -35,7 +37,8 @@ def inspect_artifact(path: Path) -> ArtifactInfo:
         from compressor.runtimes.tflite import inspect_tflite
         from compressor.runtimes.tflite_file import with_int4_weights
 
-        return with_int4_weights(inspect_tflite(Path(path)))   # LiteRT shows INT4 as int8
+        # LiteRT shows INT4 as int8
+        return with_int4_weights(inspect_tflite(Path(path), sample_shapes))
     from compressor.runtimes.onnx import inspect_onnx
 
-    return inspect_onnx(Path(path))
+    return inspect_onnx(Path(path), sample_shapes)

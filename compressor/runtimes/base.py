@@ -2,11 +2,24 @@
 (the Runtime protocol), whatever its format."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+
+# input name -> the shape of one sample (no batch dim), read from the data: fixes the free
+# dims (sequence length) that shape inference, and so MAC counts, depend on
+SampleShapes = Mapping[str, tuple[int, ...]]
+
+
+def sample_of(sample_shapes: SampleShapes | None, name: str, only_input: bool
+              ) -> tuple[int, ...] | None:
+    """The sample shape for input `name`; key "" (data given as one unnamed array) is the
+    shape of a file's only input."""
+    shapes = sample_shapes or {}
+    return shapes.get(name, shapes.get("") if only_input else None)
 
 
 @dataclass(frozen=True)

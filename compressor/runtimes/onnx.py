@@ -14,7 +14,7 @@ import numpy as np
 
 from compressor.errors import BackendUnavailableError, ModelLoadError
 from compressor.kernel_ops import ONNX_KERNEL_INPUTS, ONNX_OUTPUT_CHANNEL_AXIS, ONNX_PASSTHROUGH
-from compressor.runtimes.base import ArtifactInfo, WeightTensor
+from compressor.runtimes.base import ArtifactInfo, SampleShapes, WeightTensor, sample_of
 from compressor.runtimes.common import (
     RUNTIME_OVERHEAD_BYTES,
     as_input_list,
@@ -139,20 +139,43 @@ def _dims(type_proto) -> list[int] | None:
     return [d.dim_value if d.HasField("dim_value") else -1 for d in type_proto.tensor_type.shape.dim]
 
 
-def _batch1_shapes(model) -> dict[str, tuple[list[int], int]]:
-    """name -> (shape, onnx elem type) of every value, inferred with the batch dim set to 1."""
+def _batch1_shapes(model, sample_shapes: SampleShapes | None = None
+                   ) -> dict[str, tuple[list[int], int]]:
+    """name -> (shape, onnx elem type) of every value, for one sample: the batch dim set to 1
+    and other free input dims to `sample_shapes` (input name -> one sample's shape, from the
+    data). onnxruntime's symbolic shape inference follows the Shape -> Reshape arithmetic of
+    exported attention blocks, where onnx's own inference loses the batch dim and every
+    MatMul after the first reshape would count 0 MACs; onnx's is the fallback."""
     onnx = _onnx()
     model = onnx.ModelProto.FromString(model.SerializeToString())   # inference must not touch the caller's copy
-    for value in model.graph.input:
-        dims = value.type.tensor_type.shape.dim
-        if len(dims) and not dims[0].HasField("dim_value"):
-            dims[0].dim_value = 1
-    try:
-        model = onnx.shape_inference.infer_shapes(model, data_prop=True)
-    except onnx.shape_inference.InferenceError:
-        pass   # keep the shapes the model declares; values with unknown shape count 0 bytes
+    initializers = {t.name for t in model.graph.initializer}
+    inputs = [value for value in model.graph.input if value.name not in initializers]
+    for value in inputs:
+        sample = sample_of(sample_shapes, value.name, len(inputs) == 1)
+        for axis, dim in enumerate(value.type.tensor_type.shape.dim):
+            if dim.HasField("dim_value"):
+                continue
+            if axis == 0:
+                dim.dim_value = 1
+            elif sample is not None and axis - 1 < len(sample):
+                dim.dim_value = int(sample[axis - 1])
+    model = _inferred(model)
     values = [*model.graph.input, *model.graph.value_info, *model.graph.output]
     return {v.name: (_dims(v.type), v.type.tensor_type.elem_type) for v in values}
+
+
+def _inferred(model):
+    onnx = _onnx()
+    try:
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+        return SymbolicShapeInference.infer_shapes(model, auto_merge=True)
+    except Exception:   # noqa: BLE001 - any op it cannot follow: onnx's own inference below
+        pass
+    try:
+        return onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except onnx.shape_inference.InferenceError:
+        return model   # the shapes the model declares; values with unknown shape count 0 bytes
 
 
 def _io(values, initializers: set[str]) -> list[dict]:
@@ -195,8 +218,9 @@ def _zero_points(model, constants: dict[str, np.ndarray]) -> dict[str, tuple[np.
     return found
 
 
-def inspect_onnx(path: Path) -> ArtifactInfo:
-    """Weights, dtypes, sparsity, ops, I/O, sizes and memory estimate read from the file."""
+def inspect_onnx(path: Path, sample_shapes: SampleShapes | None = None) -> ArtifactInfo:
+    """Weights, dtypes, sparsity, ops, I/O, sizes and memory estimate read from the file;
+    `sample_shapes` (input name -> one sample's shape) fixes the free dims MACs depend on."""
     onnx = _onnx()
     path = Path(path)
     model = _load(path)
@@ -219,7 +243,7 @@ def inspect_onnx(path: Path) -> ArtifactInfo:
                                     readers.get(name, "")))
     weight_bytes = sum(v.nbytes for v in constants.values())
 
-    shapes = _batch1_shapes(model)
+    shapes = _batch1_shapes(model, sample_shapes)
     activations = {}
     for name, (dims, elem_type) in shapes.items():
         if name in constants or not elem_type:

@@ -17,7 +17,7 @@ import numpy as np
 from compressor.errors import BackendUnavailableError, ModelLoadError
 from compressor.kernel_ops import TFLITE_KERNEL_INPUTS, TFLITE_PASSTHROUGH
 from compressor.quiet import muted_native_output
-from compressor.runtimes.base import ArtifactInfo, WeightTensor
+from compressor.runtimes.base import ArtifactInfo, SampleShapes, WeightTensor, sample_of
 from compressor.runtimes.common import (
     RUNTIME_OVERHEAD_BYTES,
     as_input_list,
@@ -203,10 +203,36 @@ def _fully_connected_rows(ops: list, tensors: dict, shapes: dict) -> dict:
     return shapes
 
 
-def inspect_tflite(path: Path) -> ArtifactInfo:
-    """Weights, dtypes, sparsity, ops, I/O, sizes and memory estimate read from the file."""
+def _sized_to_samples(interp, sample_shapes: SampleShapes | None) -> bool:
+    """Resize inputs with free dims to one sample of the data ([1, *sample]) and allocate, so
+    every tensor's `shape` is concrete; False (nothing resized) when there is nothing to fix."""
+    if not sample_shapes:
+        return False
+    resized = False
+    details, names = _signature_ordered(interp, interp.get_input_details(), "inputs")
+    for detail, name in zip(details, names):
+        signature = list(detail["shape_signature"])
+        sample = sample_of(sample_shapes, name, len(details) == 1)
+        if sample is None or all(int(d) > 0 for d in signature[1:]) \
+                or len(sample) != len(signature) - 1:
+            continue
+        interp.resize_tensor_input(detail["index"], [1, *(int(d) for d in sample)])
+        resized = True
+    if resized:
+        try:
+            interp.allocate_tensors()
+        except (ValueError, RuntimeError):
+            return False
+    return resized
+
+
+def inspect_tflite(path: Path, sample_shapes: SampleShapes | None = None) -> ArtifactInfo:
+    """Weights, dtypes, sparsity, ops, I/O, sizes and memory estimate read from the file;
+    `sample_shapes` (input name -> one sample's shape) sizes inputs whose dims are free, so
+    the shapes MACs are counted on are the data's, as inspect_onnx counts them."""
     path = Path(path)
     interp, _ = _open(path, delegates=False)
+    sized = _sized_to_samples(interp, sample_shapes)
     try:
         op_details = interp._get_ops_details()
         tensors = {t["index"]: t for t in interp.get_tensor_details()}
@@ -240,7 +266,7 @@ def inspect_tflite(path: Path) -> ArtifactInfo:
         weight_bytes[index] = values.nbytes
 
     def batch1_shape(t: dict) -> list[int]:
-        shape = t["shape_signature"] if len(t["shape_signature"]) else t["shape"]
+        shape = t["shape_signature"] if len(t["shape_signature"]) and not sized else t["shape"]
         return [max(int(s), 1) for s in shape]
 
     def batch1_bytes(t: dict) -> int:
