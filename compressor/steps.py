@@ -129,6 +129,10 @@ class QuantizeConfig(TrainingConfig):
     calibration_windows: int | None = Field(
         None, ge=1, le=4096, description="language models: calibration windows of validate.window "
         "tokens each (default 32)")
+    symmetric: bool | None = Field(
+        None, description="weight_only int4: a symmetric grid (zero point 8, bfloat16-exact "
+        "scales) that ONNX and LiteRT both store exactly; default: symmetric when the export "
+        "includes tflite (LiteRT computes only symmetric int4), else asymmetric")
 
     @field_validator("group_size")
     @classmethod

@@ -106,6 +106,7 @@ class Int4WeightOnly(Scheme):
     group_size: int = 32
     algorithm: str = "gptq"
     calibration_windows: int | None = None
+    symmetric: bool | None = None   # None: symmetric when a format needs it (LiteRT)
 
 
 FLOAT32 = Float32()

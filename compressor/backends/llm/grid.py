@@ -3,10 +3,14 @@ round to nearest (RTN) and GPTQ.
 
 The grid is asymmetric per group of `group_size` input channels: a float scale and an integer
 zero point each, w ~ (q - zero) * scale, q in 0 .. 2**bits - 1 (onnxruntime's MatMulNBits and
-llama.cpp's Q4_1-style blocks store exactly this). GPTQ (Frantar et al., 2022) quantizes one
-input column at a time and spreads each column's rounding error over the columns not yet
-quantized, weighted by the inverse Hessian of the layer's inputs (H = X^T X on calibration
-text), so the layer's outputs, not its weights, stay close.
+llama.cpp's Q4_1-style blocks store exactly this), or symmetric (zero point 2**(bits-1), scale
+absmax / (2**(bits-1) - 1) rounded to bfloat16): LiteRT's int4 grid, which MatMulNBits stores
+exactly too (handlers.weight_only_plan picks it when a TFLite file is exported).
+
+GPTQ (Frantar et al., 2022) quantizes one input column at a time and spreads each column's
+rounding error over the columns not yet quantized, weighted by the inverse Hessian of the
+layer's inputs (H = X^T X on calibration text), so the layer's outputs, not its weights, stay
+close.
 """
 from __future__ import annotations
 
@@ -24,7 +28,9 @@ def grid_params(w: torch.Tensor, bits: int, symmetric: bool = False
     maxq = 2 ** bits - 1
     if symmetric:
         absmax = w.abs().amax(dim=1).clamp(min=1e-8)
-        scale = absmax / (maxq // 2)
+        # bfloat16-exact: LiteRT's int4 kernels compute with bf16 scales (litert_grid.py), so
+        # the integers are chosen for the scale the runtime uses; float32 stores it exactly
+        scale = (absmax / (maxq // 2)).to(torch.bfloat16).to(w.dtype)
         return scale, torch.full_like(scale, (maxq + 1) // 2)
     low, high = w.amin(dim=1).clamp(max=0), w.amax(dim=1).clamp(min=0)
     scale = ((high - low) / maxq).clamp(min=1e-8)
