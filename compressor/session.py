@@ -13,7 +13,7 @@ from typing import Any
 
 from compressor import validate
 from compressor.backends import Backend, ModelInfo, UserLoopBackend, framework_of, resolve_model
-from compressor.backends.base import TextModel
+from compressor.backends.base import Preflight, TextModel
 from compressor.context import Context, Data
 from compressor.data import check_matches_model, load_data
 from compressor.errors import DataError, ModelLoadError, RecipeError
@@ -118,6 +118,8 @@ def open_session(model: Any, recipe: str | Path | Recipe, data: Any = "digits", 
                         "(x_train, y_train)")
     info = backend.describe(loaded, example=take(data.val[0], slice(0, 2)))
     check_matches_model(data, info.inputs)
+    if isinstance(backend, Preflight):   # a step the model cannot take: refused before any work
+        backend.preflight(loaded, tuple(recipe.steps), formats)
     if teacher_model is not None:
         teacher_info = _check_teacher_shapes(backend, loaded, info, teacher_model, data)
 

@@ -1,7 +1,7 @@
 """The backend capabilities: the only place framework work happens.
 
 Every model kind has model I/O (`Backend`); the rest are small capability protocols
-(Pruning, Distilling, LayerSelection, Planning, TextModel, UserLoopBackend) that a
+(Pruning, Distilling, LayerSelection, Planning, TextModel, Preflight, UserLoopBackend) that a
 kind implements when it can, and that passes ask for (`capable`) instead of calling a method
 that would do nothing. Quantization schemes are not methods: they are handlers registered
 per (scheme, model kind, format) in compressor/schemes, so a new scheme or mode never adds a
@@ -123,6 +123,17 @@ class TextModel(Protocol):
 
     def generate(self, model: Any, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
         """Greedy continuation of `prompt_ids` (the reference for an artifact's)."""
+
+
+@runtime_checkable
+class Preflight(Protocol):
+    """A model kind that can tell from the loaded model, before any step runs, that a recipe
+    step cannot work on it (a refusal after minutes of pruning wastes them)."""
+
+    def preflight(self, model: Any, steps: tuple[StepConfig, ...],
+                  formats: tuple[str, ...]) -> None:
+        """Return when every step can run on `model`; else raise a CompressorError (exit 2)
+        naming the step, the layer that blocks it and the fix."""
 
 
 def capable(backend: Any, capability: type, fix: str) -> Any:

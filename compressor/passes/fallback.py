@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 
 from compressor import validate
-from compressor.errors import RecipeError
+from compressor.errors import BackendUnavailableError, RecipeError, first_line
 from compressor.export.int8 import export_checked
 
 if TYPE_CHECKING:
@@ -121,7 +121,11 @@ def search_float_layers(float_state: ModelState, config: QuantizeConfig, ctx: Co
             return quantized
         ctx.progress.info(f"int8 fallback: full int8 drops {full.drop:.4f}; measuring "
                           f"{len(layers)} layers left float one at a time")
-        singles = {layer: search.measure(None, (layer,)) for layer in layers}
+        singles = search.singles(layers)
+        if not singles:   # no layer can be left float on its own: full int8 it is
+            ctx.record.add_section(FallbackResult(
+                search.fmt, config.fallback_dtype, full, (), (), full, search.evaluations))
+            return quantized
         ranking = _ranked(full, singles)
         steps = search.greedy([r.layer for r in ranking], singles, config.max_float_layers)
     finally:
@@ -148,13 +152,25 @@ class _Search:
         """Build the artifact with `float_layers` float, run it on val, apply the gate."""
         if state is None:
             state = self.quantize(self.float_state.replace(float_layers=float_layers))
-        self.evaluations += 1
-        path = self.folder / f"candidate-{self.evaluations}.{self.fmt}"
+        path = self.folder / f"candidate-{self.evaluations + 1}.{self.fmt}"
         path.parent.mkdir(parents=True, exist_ok=True)
         written = export_checked(self.backend, state, self.fmt, path, self.ctx)
         trial = _evaluate(written, float_layers, self.ctx)
+        self.evaluations += 1
         written.unlink(missing_ok=True)
         return trial
+
+    def singles(self, layers: tuple[str, ...]) -> dict[str, Trial]:
+        """Each layer left float on its own; a layer whose candidate cannot be built (its
+        converter cannot keep it float) is skipped with a note, not the end of the run."""
+        found = {}
+        for layer in layers:
+            try:
+                found[layer] = self.measure(None, (layer,))
+            except BackendUnavailableError as exc:
+                self.ctx.progress.info(f"int8 fallback: {layer} cannot be left float "
+                                       f"({first_line(exc, 120)}); not a candidate")
+        return found
 
     def greedy(self, ranked: list[str], singles: dict[str, Trial], limit: int) -> list[Trial]:
         steps = [singles[ranked[0]]]

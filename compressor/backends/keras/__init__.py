@@ -63,6 +63,14 @@ class KerasBackend(SchemeExporter):
 
         return state.replace(model=pruned_model(state, config, ctx))
 
+    def preflight(self, model: Any, steps: tuple[StepConfig, ...],
+                  formats: tuple[str, ...]) -> None:
+        """Refuse a step the model's layers cannot take (QAT on a layer tfmot cannot wrap)
+        before any step runs."""
+        from compressor.backends.keras.preflight import check_steps
+
+        check_steps(model, steps)
+
     def quantizable_layers(self, state: ModelState) -> list[str]:
         """Layers int8 quantizes (conv / dense kernels): what quantize fallback may keep float."""
         from compressor.backends.keras.mixed import kernel_layer_names

@@ -7,7 +7,10 @@ refused unless the user trusts the file:
 - Lambda layers (tf_keras) and serialized Python lambdas (Keras 3 `__lambda__`), or any
   config that stores a function's bytecode;
 - objects from modules other than Keras / tf_keras / tfmot (Keras 3 imports the module
-  named in the config and may call a function from it);
+  named in the config and may call a function from it), except TensorFlow's own
+  initializer, regularizer and constraint classes (`tf.constant_initializer(0)` is stored
+  as `tensorflow.python.ops.init_ops_v2.Constant`, e.g. in keras.applications'
+  EfficientNetV2): only those classes, named exactly, never a function from the module;
 - TF-op layers whose op reads or writes files or calls back into Python (`tf.io.*`,
   `tf.py_function`, ...): they are rebuilt by name from the config.
 """
@@ -27,6 +30,23 @@ UNSAFE_OP_PARTS = ("io.", "py_func", "numpy_function", "py_function", "raw_ops",
                    "summary", "debugging", "saved_model", "load_library", "load_op_library",
                    "gfile", "file", "train.", "data.")
 MAX_CONFIG_NESTING = 200
+_INITIALIZERS = frozenset({"Constant", "GlorotNormal", "GlorotUniform", "Identity", "Ones",
+                           "Orthogonal", "RandomNormal", "RandomUniform", "TruncatedNormal",
+                           "VarianceScaling", "Zeros"})
+# TensorFlow's own classes (module -> class names) a tf_keras model may store: data-only
+# configs, which loading rebuilds as the class itself.
+TENSORFLOW_CLASSES = {
+    "tensorflow.python.ops.init_ops_v2": _INITIALIZERS,
+    "tensorflow.python.ops.init_ops": _INITIALIZERS | {"UniformUnitScaling"},
+    "tensorflow.python.keras.initializers.initializers_v2":
+        _INITIALIZERS | {"HeNormal", "HeUniform", "LecunNormal", "LecunUniform"},
+    "tensorflow.python.keras.initializers.initializers_v1": frozenset({
+        "RandomNormal", "RandomUniform", "TruncatedNormal", "HeNormal", "HeUniform",
+        "LecunNormal", "LecunUniform"}),
+    "tensorflow.python.keras.regularizers": frozenset({"L1", "L2", "L1L2"}),
+    "tensorflow.python.keras.constraints": frozenset({"MaxNorm", "MinMaxNorm", "NonNeg",
+                                                      "UnitNorm", "RadialConstraint"}),
+}
 
 
 def stored_code(path: Path, config_texts: list[bytes | str]) -> str | None:
@@ -67,7 +87,8 @@ def _code_in(item: dict) -> str | None:
     if class_name in CODE_CLASSES or item.get("function_type") == "lambda":
         return f"a Lambda layer{label} (Python code stored in the file)"
     module = item.get("module")
-    if isinstance(module, str) and module.split(".")[0] not in SAFE_MODULES:
+    if (isinstance(module, str) and module.split(".")[0] not in SAFE_MODULES
+            and class_name not in TENSORFLOW_CLASSES.get(module, ())):
         return f"an object{label} from module {module[:80]!r}, which loading would import"
     if class_name in OP_LAYERS and isinstance(item.get("config"), dict):
         config = item["config"]

@@ -39,10 +39,14 @@ def kernel_layer_names(model: Any) -> list[str]:
 
 
 def layer_of(tensor_name: str, layers: tuple[str, ...] | list[str]) -> str | None:
-    """The Keras layer a TFLite tensor comes from: tensor names are `model/layer/op` paths,
-    several joined by ';' when the converter fused ops."""
-    parts = {part for path in tensor_name.split(";") for part in path.split("/")}
-    return next((layer for layer in layers if layer in parts), None)
+    """The layer of `layers` a TFLite tensor comes from. Tensor names are `model/layer/op`
+    paths (several joined by ';' when the converter fused ops), and layer names may hold '/'
+    themselves (keras.applications' MobileNetV3 has "Conv" and nine
+    "expanded_conv_N/squeeze_excite/Conv"): a layer matches as whole path parts, and the
+    longest match wins, so pass every kernel layer and compare the result."""
+    paths = [f"/{path}/" for path in tensor_name.split(";")]
+    found = [layer for layer in layers if any(f"/{layer}/" in path for path in paths)]
+    return max(found, key=len, default=None)
 
 
 def mixed_int8_tflite(state: ModelState, scheme: Int8Scheme, ctx: Context,
@@ -52,7 +56,8 @@ def mixed_int8_tflite(state: ModelState, scheme: Int8Scheme, ctx: Context,
     from tensorflow.lite.python import convert
 
     tf = import_tensorflow()
-    denied = _float_layer_nodes(calibrated, state.float_layers)
+    kernels = kernel_layer_names(state.model)
+    denied = _float_layer_nodes(calibrated, state.float_layers, kernels)
     int8_io = scheme.io_dtype == "int8"
     log = ctx.workdir / "logs" / "tflite-quantize.log"
     try:
@@ -66,17 +71,19 @@ def mixed_int8_tflite(state: ModelState, scheme: Int8Scheme, ctx: Context,
         raise BackendUnavailableError(f"TFLite int8 quantization with float layers failed "
                                       f"({first_line(exc)}); set fallback: none") from None
     if state.float_layers and scheme.fallback_dtype == "float16":
-        content = float16_weights(content,
-                                  lambda weight: layer_of(weight, state.float_layers) is not None)
+        content = float16_weights(
+            content, lambda weight: layer_of(weight, kernels) in state.float_layers)
     return bytes(content)
 
 
-def _float_layer_nodes(calibrated: bytes, float_layers: tuple[str, ...]) -> list[str]:
-    """Output tensor names (what the quantizer's deny list matches) of the float layers' ops."""
+def _float_layer_nodes(calibrated: bytes, float_layers: tuple[str, ...],
+                       kernels: list[str]) -> list[str]:
+    """Output tensor names (what the quantizer's deny list matches) of the float layers' ops
+    (`kernels`: every kernel layer, which tells "Conv" from ".../squeeze_excite/Conv")."""
     nodes, found = [], set()
     for output, weight in _kernel_ops(calibrated):
-        layer = layer_of(weight, float_layers)
-        if layer is not None:
+        layer = layer_of(weight, kernels)
+        if layer in float_layers:
             nodes.append(output)
             found.add(layer)
     missing = [layer for layer in float_layers if layer not in found]

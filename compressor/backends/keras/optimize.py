@@ -110,18 +110,16 @@ def _leaf_layers(model: Any) -> list:
 
 
 def _with_fake_quant(model: Any, preserve_sparsity: bool) -> Any:
+    from compressor.backends.keras.qat_layers import with_fake_quant
+
     tfmot = import_tfmot()
-    quantization = tfmot.quantization.keras
     # Plain quantize_model refills pruned weights (30% -> ~10% zeros): the prune-preserving
     # scheme keeps the zeros while the int8 ranges are learned.
     scheme = (tfmot.experimental.combine.Default8BitPrunePreserveQuantizeScheme()
               if preserve_sparsity else None)
     try:
-        annotated = quantization.quantize_annotate_model(model)
-        if scheme is None:
-            return quantization.quantize_apply(annotated)
-        return quantization.quantize_apply(annotated, scheme)
-    except (ValueError, RuntimeError, TypeError) as exc:
+        return with_fake_quant(model, scheme)
+    except (ValueError, RuntimeError, TypeError, AttributeError) as exc:
         raise BackendUnavailableError(
             f"tfmot cannot add int8 quantization-aware training to this model ({first_line(exc)}); "
             "use quantize mode: ptq, which lets the converter quantize the layers it supports"

@@ -19,6 +19,7 @@ from compressor.backends.training_data import calibration_samples
 from compressor.backends.keras.recurrent import unrolled_for_tflite
 from compressor.errors import BackendUnavailableError, RecipeError, converter_failure
 from compressor.export.tflite import int8_weights, renamed_signature
+from compressor.export.tflite_tables import int8_tables
 from compressor.quiet import captured_native_output
 from compressor.tensors import matched, rows
 
@@ -67,8 +68,9 @@ def float16_tflite(model: Any, scheme: Float16, ctx: Context) -> bytes:
 
 def int8_weights_tflite(model: Any, scheme: Int8Scheme, ctx: Context) -> bytes:
     """int8 weights on the float32 TFLite by ai-edge-quantizer, in the scheme's mode
-    (dynamic, weight_only: export/tflite.py POST_TRAINING_RECIPES)."""
-    return int8_weights(float32_tflite(model, ctx), scheme.method)
+    (dynamic, weight_only: export/tflite.py POST_TRAINING_RECIPES); the embedding tables it
+    leaves float32 are stored int8 per row (export/tflite_tables.py)."""
+    return int8_tables(int8_weights(float32_tflite(model, ctx), scheme.method))
 
 
 def ptq_tflite(state: ModelState, scheme: Int8Scheme, ctx: Context,
@@ -91,8 +93,9 @@ def qat_tflite(state: ModelState, scheme: Int8Scheme, ctx: Context,
     if scheme.fallback == "auto" or state.float_layers:
         raise BackendUnavailableError("int8 TFLite with float layers needs quantize mode: ptq "
                                       "(a qat model carries its own ranges for every layer)")
-    return cache.get(state.model, ("int8", scheme, state.float_layers), lambda: _convert(
-        state.model, ctx, f"int8 {scheme.name}", _int8_settings(scheme, None, ctx)))
+    # tfmot leaves embedding tables float: they are stored int8 per row after conversion.
+    return cache.get(state.model, ("int8", scheme, state.float_layers), lambda: int8_tables(
+        _convert(state.model, ctx, f"int8 {scheme.name}", _int8_settings(scheme, None, ctx))))
 
 
 def _int8_settings(scheme: Int8Scheme, samples: dict[str, np.ndarray] | None, ctx: Context):
@@ -131,9 +134,10 @@ def _float16_except(model: Any, scheme: Float16, ctx: Context) -> bytes:
     from compressor.export.tflite import float16_weights
 
     _float16_settings(scheme)   # the same refusals as a plain float16 conversion
-    excluded = excluded_layers(kernel_layer_names(model), scheme.exclude)
+    kernels = kernel_layer_names(model)
+    excluded = excluded_layers(kernels, scheme.exclude)
     content = _convert(model, ctx, "float32", lambda converter, tf: None)
-    return float16_weights(content, lambda weight: layer_of(weight, excluded) is None)
+    return float16_weights(content, lambda weight: layer_of(weight, kernels) not in excluded)
 
 
 def excluded_layers(layers: list[str], patterns: tuple[str, ...]) -> list[str]:
