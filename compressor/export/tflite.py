@@ -20,7 +20,7 @@ def float16_weights(content: bytes, chosen: Callable[[str], bool]) -> bytes:
     from tensorflow.lite.tools import flatbuffer_utils
 
     model = flatbuffer_utils.read_model_from_bytearray(bytearray(content))
-    dequantize = _opcode_index(model, schema.BuiltinOperator.DEQUANTIZE, schema)
+    dequantize = opcode_index(model, schema.BuiltinOperator.DEQUANTIZE, schema)
     for graph in model.subgraphs:
         operators = []
         for op in graph.operators:
@@ -77,7 +77,9 @@ def _float16_weight(model: Any, graph: Any, op: Any, index: int, dequantize: int
     return [restore]
 
 
-def _opcode_index(model: Any, builtin: int, schema: Any) -> int:
+def opcode_index(model: Any, builtin: int, schema: Any) -> int:
+    """The index of `builtin` in the model's operator codes, added when it has none (every
+    TFLite rewrite here: export/tflite_tables.py, backends/llm/litert_weights.py)."""
     for index, code in enumerate(model.operatorCodes):
         if max(code.builtinCode, code.deprecatedBuiltinCode) == builtin:
             return index

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from compressor.export.tflite import opcode_index
+
 
 # Constant tables read by elementwise float ops (as export/onnx_weight_only.py's).
 TABLE_ELEMENTS = 1024
@@ -88,7 +90,7 @@ def _int8_added_tables(model: Any, graph: Any, schema: Any, flatbuffer_utils: An
                          schema.TensorType.INT8, quantized)
         graph.tensors[stored].quantization = _per_row(scales, axis, schema)
         tensor.buffer = 0                              # now computed by the DEQUANTIZE
-        restores.append(_op(_opcode(model, schema.BuiltinOperator.DEQUANTIZE, schema),
+        restores.append(_op(opcode_index(model, schema.BuiltinOperator.DEQUANTIZE, schema),
                             [stored], [index], schema))
     return restores
 
@@ -154,8 +156,8 @@ def _embedding_lookup(model: Any, graph: Any, gather: Any, table: np.ndarray,
     out_shape = _output_shape(graph.tensors[output])
     back_shape = _tensor(model, graph, schema, graph.tensors[output].name + b"/shape",
                          [len(out_shape)], schema.TensorType.INT32, np.array(out_shape, np.int32))
-    reshape = _opcode(model, schema.BuiltinOperator.RESHAPE, schema)
-    lookup = _opcode(model, schema.BuiltinOperator.EMBEDDING_LOOKUP, schema)
+    reshape = opcode_index(model, schema.BuiltinOperator.RESHAPE, schema)
+    lookup = opcode_index(model, schema.BuiltinOperator.EMBEDDING_LOOKUP, schema)
     return [_op(reshape, [ids_index, flat_shape], [flat_ids], schema),
             _op(lookup, [flat_ids, table_index], [rows], schema),
             _op(reshape, [rows, back_shape], [output], schema)]
@@ -181,13 +183,3 @@ def _op(opcode: int, inputs: list[int], outputs: list[int], schema: Any) -> Any:
     op = schema.OperatorT()
     op.opcodeIndex, op.inputs, op.outputs = opcode, inputs, outputs
     return op
-
-
-def _opcode(model: Any, builtin: int, schema: Any) -> int:
-    for index, code in enumerate(model.operatorCodes):
-        if max(code.builtinCode, code.deprecatedBuiltinCode) == builtin:
-            return index
-    code = schema.OperatorCodeT()
-    code.builtinCode, code.deprecatedBuiltinCode, code.version = builtin, min(builtin, 127), 1
-    model.operatorCodes.append(code)
-    return len(model.operatorCodes) - 1

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from compressor.export.tflite import opcode_index
+
 BLOCKS = (32, 64, 128, 256)                       # blockwise sizes LiteRT's int4 kernels take
 WEIGHT_READERS = {"FULLY_CONNECTED": 1, "EMBEDDING_LOOKUP": 1}   # op -> weight input index
 FLATBUFFER_LIMIT = 2 ** 31 - 1
@@ -187,7 +189,7 @@ def store_float16(model) -> int:
     returns how many weights."""
     from ai_edge_litert import schema_py_generated as schema
 
-    dequantize = _opcode(model, schema.BuiltinOperator.DEQUANTIZE)
+    dequantize = opcode_index(model, schema.BuiltinOperator.DEQUANTIZE, schema)
     count = 0
     for buffer, uses in weight_buffers(model).items():
         first = model.subgraphs[uses[0][0]].tensors[uses[0][1]]
@@ -229,15 +231,3 @@ def _new_buffer(model, data: np.ndarray) -> int:
     buffer.data, buffer.offset, buffer.size = data, 0, 0
     model.buffers.append(buffer)
     return len(model.buffers) - 1
-
-
-def _opcode(model, builtin: int) -> int:
-    from ai_edge_litert import schema_py_generated as schema
-
-    for index, code in enumerate(model.operatorCodes):
-        if max(code.builtinCode, code.deprecatedBuiltinCode) == builtin:
-            return index
-    code = schema.OperatorCodeT()
-    code.builtinCode, code.deprecatedBuiltinCode, code.version = builtin, min(builtin, 127), 1
-    model.operatorCodes.append(code)
-    return len(model.operatorCodes) - 1
