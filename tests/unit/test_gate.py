@@ -21,31 +21,22 @@ def test_min_fidelity_names_min_fidelity_not_the_drop():
     assert gate_passes(config, 0.995, 0.005)            # equal passes
 
 
-def test_fidelity_without_min_fidelity_is_a_max_drop_gate():
-    config = ValidateConfig(metric="fidelity", max_drop=0.005)
-    assert not gate_passes(config, 0.9928, 0.0072)
-    assert gate_failure(config, _row(0.9928, 0.0072)) == \
-        "model.onnx fidelity 0.9928 drops by 0.0072 (from 1.0000) > max_drop 0.005"
-
-
-def test_accuracy_drop_names_the_baseline_and_max_drop():
-    config = ValidateConfig(max_drop=0.01)
-    assert gate_passes(config, 0.95, 0.01) and not gate_passes(config, 0.9422, 0.0278)
-    assert gate_failure(config, _row(0.9422, 0.0278)) == \
-        "model.onnx accuracy 0.9422 drops by 0.0278 (from 0.9700) > max_drop 0.01"
-
-
-def test_mse_rises():
-    config = ValidateConfig(metric="mse", max_drop=0.001)
-    assert not gate_passes(config, 0.0042, 0.0032)
-    assert gate_failure(config, _row(0.0042, 0.0032)) == \
-        "model.onnx mse 0.0042 rises by 0.0032 > max_drop 0.001"
-
-
-def test_a_custom_metric_is_named_by_its_function():
-    config = ValidateConfig(max_drop=0.02)
-    assert gate_failure(config, _row(0.5, 0.25), "macro_f1") == \
-        "model.onnx macro_f1 0.5000 drops by 0.2500 (from 0.7500) > max_drop 0.02"
+@pytest.mark.parametrize("config, value, drop, metric_name, line", [
+    # fidelity without min_fidelity is a max_drop gate
+    (ValidateConfig(metric="fidelity", max_drop=0.005), 0.9928, 0.0072, None,
+     "model.onnx fidelity 0.9928 drops by 0.0072 (from 1.0000) > max_drop 0.005"),
+    (ValidateConfig(max_drop=0.01), 0.9422, 0.0278, None,
+     "model.onnx accuracy 0.9422 drops by 0.0278 (from 0.9700) > max_drop 0.01"),
+    (ValidateConfig(metric="mse", max_drop=0.001), 0.0042, 0.0032, None,
+     "model.onnx mse 0.0042 rises by 0.0032 > max_drop 0.001"),
+    # a custom metric is named by its function
+    (ValidateConfig(max_drop=0.02), 0.5, 0.25, "macro_f1",
+     "model.onnx macro_f1 0.5000 drops by 0.2500 (from 0.7500) > max_drop 0.02"),
+])
+def test_max_drop_gates_name_the_number_and_max_drop(config, value, drop, metric_name, line):
+    assert not gate_passes(config, value, drop)
+    assert gate_passes(config, value, config.max_drop)            # equal to the bound passes
+    assert gate_failure(config, _row(value, drop), metric_name) == line
 
 
 @pytest.mark.parametrize("max_increase, expected", [(None, "+5.0%"), (0.10, "+10.0%")])
