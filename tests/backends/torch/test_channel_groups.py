@@ -37,6 +37,17 @@ def _pruned(model, data, tmp_path):
     return state.model, section.report({})
 
 
+def _pruned_with_the_same_outputs(model, data, tmp_path):
+    """Prune the dead channels; the outputs on 16 samples must not change."""
+    x = torch.as_tensor(data.val[0][:16])
+    with torch.no_grad():
+        before = model(x).numpy()
+    pruned, report = _pruned(model, data, tmp_path)
+    with torch.no_grad():
+        np.testing.assert_allclose(pruned(x).numpy(), before, atol=1e-5)
+    return pruned, report
+
+
 def _kill_upper_half(*slices):
     """Zero the upper half of each (parameter, axis): a channel group's dead channels."""
     with torch.no_grad():
@@ -66,13 +77,7 @@ def _dead_shufflenet() -> ShuffleNetV2:
 def test_shufflenet_prunes_around_its_channel_shuffles_exactly(data, tmp_path):
     """Only channels that no shuffle reorders go, and the outputs do not change; every group
     that passes a shuffle (or the chunk that splits it) is kept whole and says so."""
-    model = _dead_shufflenet()
-    x = torch.as_tensor(data.val[0][:16])
-    with torch.no_grad():
-        before = model(x).numpy()
-    pruned, report = _pruned(model, data, tmp_path)
-    with torch.no_grad():
-        np.testing.assert_allclose(pruned(x).numpy(), before, atol=1e-5)
+    pruned, report = _pruned_with_the_same_outputs(_dead_shufflenet(), data, tmp_path)
     assert pruned.conv1[0].out_channels == 8 and pruned.conv5[0].out_channels == 32
     assert [unit.branch2[0].out_channels for unit in pruned.stage2] == [8, 8, 8]
     assert [unit.branch2[5].out_channels for unit in pruned.stage2] == [16, 16, 16]
@@ -95,12 +100,7 @@ def test_vit_mlp_hidden_units_go_and_kept_whole_names_real_modules(data, tmp_pat
     for layer in model.encoder.layers:
         _kill_upper_half((layer.mlp[0].weight, 0), (layer.mlp[0].bias, 0),
                          (layer.mlp[3].weight, 1))
-    x = torch.as_tensor(data.val[0][:16])
-    with torch.no_grad():
-        before = model(x).numpy()
-    pruned, report = _pruned(model, data, tmp_path)
-    with torch.no_grad():
-        np.testing.assert_allclose(pruned(x).numpy(), before, atol=1e-5)
+    pruned, report = _pruned_with_the_same_outputs(model, data, tmp_path)
     assert [layer.mlp[0].out_features for layer in pruned.encoder.layers] == [32, 32]
     layers = [name for entry in report["kept_whole"] for name in entry["layers"]]
     assert "" not in layers and all(pruned.get_submodule(name) is not None for name in layers)
