@@ -17,7 +17,9 @@ import numpy as np
 from compressor.errors import BackendUnavailableError, ModelLoadError
 from compressor.kernel_ops import TFLITE_KERNEL_INPUTS, TFLITE_PASSTHROUGH
 from compressor.quiet import muted_native_output
-from compressor.runtimes.base import ArtifactInfo, SampleShapes, WeightTensor, sample_of
+from compressor.runtimes.base import ArtifactInfo, SampleShapes, WeightTensor
+from compressor.runtimes.tflite_shapes import (fully_connected_rows, signature_ordered,
+                                               sized_to_samples)
 from compressor.runtimes.common import (
     RUNTIME_OVERHEAD_BYTES,
     as_input_list,
@@ -85,9 +87,9 @@ class TFLiteRuntime:
         except (ValueError, RuntimeError) as e:   # e.g. Select TF ops / custom ops not linked in
             raise ModelLoadError(f"{self.path}: {self.name} cannot prepare this model ({e}); "
                                  "export it with TFLite builtin ops only") from e
-        self._inputs, self._input_names = _signature_ordered(
+        self._inputs, self._input_names = signature_ordered(
             self._interp, self._interp.get_input_details(), "inputs")
-        self._outputs, self.output_names = _signature_ordered(
+        self._outputs, self.output_names = signature_ordered(
             self._interp, self._interp.get_output_details(), "outputs")
         dynamic = all(len(d["shape_signature"]) and d["shape_signature"][0] == -1 for d in self._inputs)
         # a model exported with a fixed batch (often 1) must get exactly that many rows
@@ -152,78 +154,13 @@ class TFLiteRuntime:
         return time_calls(call, warmup, runs)
 
 
-def _signature_ordered(interp, details: list[dict], side: str) -> tuple[list[dict], list[str]]:
-    """Tensor details ordered by tensor index, named by the serving signature (`image`,
-    `input_ids`, `cls`); the tensor names themselves when the file has no single signature.
-
-    The names are what callers match outputs by: the order is only litert-torch's model order
-    (it assigns indices in argument / output order). The TensorFlow converter's indices, and
-    the signature (LiteRT lists it sorted by name), can run opposite to a Keras model's
-    outputs, so validation pairs outputs with the original model's by name."""
-    signatures = interp._get_full_signature_list() or {}
-    if len(signatures) != 1:
-        return details, [d["name"] for d in details]
-    by_index = {index: name for name, index in next(iter(signatures.values()))[side].items()}
-    ordered = sorted(details, key=lambda d: d["index"])
-    if set(by_index) != {d["index"] for d in ordered}:
-        return details, [d["name"] for d in details]
-    return ordered, [by_index[d["index"]] for d in ordered]
-
-
 def _io(interp, details: list[dict], side: str) -> list[dict]:
     """Inputs or outputs under their signature names (what data and `validate.output` use, not
     the tensor names `serving_default_args_0`), with -1 for a dynamic dimension."""
-    ordered, names = _signature_ordered(interp, details, side)
+    ordered, names = signature_ordered(interp, details, side)
     return [{"name": name, "shape": [int(s) for s in (d["shape_signature"] if len(d["shape_signature"])
                                                       else d["shape"])],
              "dtype": np.dtype(d["dtype"]).name} for d, name in zip(ordered, names)]
-
-
-def _fully_connected_rows(ops: list, tensors: dict, shapes: dict) -> dict:
-    """`shapes` with each FULLY_CONNECTED output as [rows, units]: the op flattens its input
-    into rows of the weight's depth, and its stored output shape [-1, units] has -1 standing
-    for batch x positions (a Dense on a sequence), not for the batch alone."""
-    producer = {out: (op, ins) for op, ins, outs in ops for out in outs}
-
-    def batch1_elements(index: int) -> int | None:
-        """Elements of one sample, following RESHAPEs back to a shape known but for the batch."""
-        signature = tensors[index]["shape_signature"]
-        if all(int(d) > 0 for d in list(signature)[1:]):
-            return int(np.prod(shapes[index])) if index in shapes else None
-        op, ins = producer.get(index, (None, []))
-        return batch1_elements(ins[0]) if op == "RESHAPE" and ins else None
-
-    shapes = dict(shapes)
-    for op, ins, outs in ops:
-        if op == "FULLY_CONNECTED" and len(ins) > 1 and outs:
-            units, depth = (int(d) for d in tensors[ins[1]]["shape"][:2])
-            elements = batch1_elements(ins[0])
-            if elements is not None:
-                shapes[outs[0]] = [elements // max(depth, 1), units]
-    return shapes
-
-
-def _sized_to_samples(interp, sample_shapes: SampleShapes | None) -> bool:
-    """Resize inputs with free dims to one sample of the data ([1, *sample]) and allocate, so
-    every tensor's `shape` is concrete; False (nothing resized) when there is nothing to fix."""
-    if not sample_shapes:
-        return False
-    resized = False
-    details, names = _signature_ordered(interp, interp.get_input_details(), "inputs")
-    for detail, name in zip(details, names):
-        signature = list(detail["shape_signature"])
-        sample = sample_of(sample_shapes, name, len(details) == 1)
-        if sample is None or all(int(d) > 0 for d in signature[1:]) \
-                or len(sample) != len(signature) - 1:
-            continue
-        interp.resize_tensor_input(detail["index"], [1, *(int(d) for d in sample)])
-        resized = True
-    if resized:
-        try:
-            interp.allocate_tensors()
-        except (ValueError, RuntimeError):
-            return False
-    return resized
 
 
 def inspect_tflite(path: Path, sample_shapes: SampleShapes | None = None) -> ArtifactInfo:
@@ -232,7 +169,7 @@ def inspect_tflite(path: Path, sample_shapes: SampleShapes | None = None) -> Art
     the shapes MACs are counted on are the data's, as inspect_onnx counts them."""
     path = Path(path)
     interp, _ = _open(path, delegates=False)
-    sized = _sized_to_samples(interp, sample_shapes)
+    sized = sized_to_samples(interp, sample_shapes)
     try:
         op_details = interp._get_ops_details()
         tensors = {t["index"]: t for t in interp.get_tensor_details()}
@@ -291,7 +228,7 @@ def inspect_tflite(path: Path, sample_shapes: SampleShapes | None = None) -> Art
     params, dtypes, sparsity = weight_summary(weights)
     shapes = {i: batch1_shape(t) for i, t in tensors.items() if i not in constant_set}
     macs = kernel_macs(ops, {t: int(np.prod(tensors[t]["shape"])) for t in constants},
-                       _fully_connected_rows(ops, tensors, shapes), TFLITE_KERNEL_INPUTS,
+                       fully_connected_rows(ops, tensors, shapes), TFLITE_KERNEL_INPUTS,
                        TFLITE_PASSTHROUGH, {})
     estimate = (size + sum(weight_bytes[t] for t in packed) + temporary + peak
                 + RUNTIME_OVERHEAD_BYTES["tflite"])
