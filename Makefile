@@ -4,9 +4,18 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-fast lint bench clean
+.PHONY: install chromium demo test test-fast lint bench clean
 
-install: $(STAMP)
+install: $(STAMP) chromium
+
+# Headless Chromium for the report.html / sweep.html browser test (skipped without it): Debian's
+# package, installed only where it is missing and apt-get runs as root; elsewhere nothing happens.
+chromium:
+	@if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 \
+	    && [ "$$(id -u)" = 0 ]; then \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) \
+	    || echo "chromium could not be installed: the browser test will be skipped"; \
+	fi
 
 # torch==2.13.0 goes FIRST: it takes the CPU build; an unpinned torch pulls a multi-GB CUDA one.
 $(STAMP): setup.cfg constraints.txt
@@ -19,8 +28,12 @@ $(STAMP): setup.cfg constraints.txt
 demo: install
 	$(PY) -m compressor.demo
 
+# Two workers (pytest-xdist), a test file each at a time: most tests leave one of the two cores
+# idle (converters and tiny models run one thread), so the suite takes ~2/3 of its serial time.
+TEST_WORKERS ?= 2
+
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # The quick suite (under a minute): unit tests of the pure modules and the framework-free checks.
 FAST_TESTS := tests/unit tests/test_architecture.py tests/test_lean_import.py tests/test_recipe.py \

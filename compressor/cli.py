@@ -7,7 +7,7 @@ from pathlib import Path
 
 from compressor.cli_guard import Parser, debug_requested, guarded
 
-SUBCOMMANDS = ("recipes", "inspect", "eval", "devices", "sweep", "plan", "generate")
+SUBCOMMANDS = ("recipes", "inspect", "eval", "devices", "sweep", "plan", "generate", "report")
 
 EPILOG = """\
 other commands:
@@ -15,7 +15,8 @@ other commands:
   compress inspect ARTIFACT [--json]      sizes, dtypes, sparsity, ops, est. memory
   compress eval ARTIFACT --data D         metric of an artifact in its runtime
   compress devices                        the device profiles
-  compress sweep MODEL --recipes a,b,c --data D --out DIR   sweep.csv + pareto.png
+  compress sweep MODEL --recipes a,b,c --data D --out DIR   sweep.csv, pareto.png, sweep.html
+  compress report OUT_DIR [--open]        report.md + report.html again from report.json
   compress plan MODEL [--target D|all|host] [--context N] [--devices K] [--json]
                                           will an LLM fit, at which recipe, how fast (from shapes)
   compress generate ARTIFACT --prompt TEXT [--max-new-tokens N] [--chat]

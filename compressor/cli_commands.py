@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from compressor import cli_generate, cli_plan
+from compressor import cli_generate, cli_plan, cli_report
 from compressor.cli_guard import Parser
 from compressor.errors import CompressorError, DataError
 from compressor.report import human_size
@@ -15,7 +15,8 @@ from compressor.tensors import is_named, rows, specs_of
 
 def run(command: str, argv: list[str]) -> int:
     commands = {"recipes": _recipes, "inspect": _inspect, "eval": _eval, "devices": _devices,
-                "sweep": _sweep, "plan": cli_plan._plan, "generate": cli_generate.generate}
+                "sweep": _sweep, "plan": cli_plan._plan, "generate": cli_generate.generate,
+                "report": cli_report.report}
     return commands[command](argv)
 
 
@@ -164,7 +165,8 @@ def _sweep(argv: list[str]) -> int:
     from compressor.sweep import plot_pareto, sweep
 
     parser = Parser(prog="compress sweep",
-                                     description="run several recipes; write sweep.csv and pareto.png")
+                                     description="run several recipes; write sweep.csv, pareto.png "
+                                                 "and sweep.html")
     parser.add_argument("model")
     parser.add_argument("--recipes", required=True, help="comma-separated names or .yaml paths")
     parser.add_argument("--data", default="digits")
@@ -185,9 +187,12 @@ def _sweep(argv: list[str]) -> int:
                   address=args.address)
     frame.to_csv(args.out / "sweep.csv", index=False)
     plot_pareto(frame).savefig(args.out / "pareto.png", dpi=120)
+    from compressor.html.sweep_page import render_sweep
+
+    (args.out / "sweep.html").write_text(render_sweep(frame, args.out))
     columns = ["recipe", "format", "size_bytes", "metric_value", "drop", "passed", "cached", "error"]
     print(frame[columns].to_string(index=False))
-    print(f"wrote {args.out / 'sweep.csv'} and {args.out / 'pareto.png'}")
+    print(f"wrote {args.out / 'sweep.csv'}, {args.out / 'pareto.png'} and {args.out / 'sweep.html'}")
     return 0  # a recipe that failed is a row with its error, not a failed sweep
 
 

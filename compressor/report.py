@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compressor.report_lm import human_size, is_lm_report, markdown_lines
+from compressor.report_text import fallback_summary, short_count
 from compressor.sanity import chance_level
 from compressor.validate import weight_share_text
 
@@ -134,7 +135,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines.append(
             f"| {art['path']} | {human_size(art['size_bytes'])} | {human_size(art['gzip_bytes'])} "
             f"| {art['metric_value']:.4f} | {art['drop']:+.4f} | {art['sparsity']:.1%} "
-            f"| {_count(art.get('params'))} | {_count(art.get('macs'))} | {dtypes} "
+            f"| {short_count(art.get('params'))} | {short_count(art.get('macs'))} | {dtypes} "
             f"| {latency} | {human_size(art['est_peak_memory_bytes'])} | {'yes' if art['fits_target'] else 'NO'} |")
     quantize = report.get("quantize")
     if quantize:
@@ -162,14 +163,7 @@ def _fallback_lines(fallback: dict[str, Any] | None, metric: str) -> list[str]:
         return []
     floats = fallback["float_layers"]
     costs = {row["layer"]: row["size_cost_bytes"] for row in fallback["float_layer_costs"]}
-    dtypes = "; ".join(f"{fmt}: {', '.join(found) or 'none'}"
-                       for fmt, found in fallback["float_weight_dtypes"].items())
-    full, chosen = fallback["full_int8"], fallback["chosen"]
-    summary = (f"Full int8 ({fallback['format']}): {metric} {full['metric_value']:.4f} "
-               f"(drop {full['drop']:+.4f}). Kept float ({fallback['dtype']} asked; float "
-               f"weights read back: {dtypes}): {', '.join(floats) or 'none'} -> {metric} "
-               f"{chosen['metric_value']:.4f} (drop {chosen['drop']:+.4f}), "
-               f"{fallback['evaluations']} evaluations of the val set.")
+    summary = fallback_summary(fallback, metric)
     lines = ["", "## int8 fallback", "", summary, ""]
     if not fallback["ranking"]:
         return lines
@@ -226,15 +220,6 @@ def _history_lines(history: list[dict[str, Any]] | None) -> list[str]:
             lines.append(f"| {epoch['epoch']} | {epoch['loss']:.4f} | {epoch['lr']:.2e} "
                          f"| {value} |")
     return lines
-
-
-def _count(n: int | None) -> str:
-    if n is None:
-        return "-"
-    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if n >= size:
-            return f"{n / size:.2f}{unit}"
-    return str(n)
 
 
 def _gate_text(gate: dict[str, Any], metric: str) -> str:

@@ -169,6 +169,7 @@ def evaluate_artifact(path, data, reference: np.ndarray, baseline: float,
     a .npz in `workdir` (a temporary folder when None): a runtime that crashes is a
     RuntimeCrashError for this artifact, and an ONNX file runs at the highest onnxruntime
     optimization level that does not crash (`ort_optimization_level`, `runtime_warning`)."""
+    from compressor.html.tensors import largest_tensors
     from compressor.runtimes import inspect_artifact
     from compressor.runtimes.isolated import run_isolated
 
@@ -195,6 +196,7 @@ def evaluate_artifact(path, data, reference: np.ndarray, baseline: float,
         "runtime": run.runtime, "ort_optimization_level": run.optimization_level,
         "runtime_warning": _lowered_level_warning(info.path.name, run),
         "est_peak_memory_bytes": info.est_peak_memory_bytes,
+        "largest_tensors": largest_tensors(info.weights),   # report.html's tensor chart
     }
 
 

@@ -26,6 +26,7 @@ def greedy_prompts(windows: np.ndarray) -> list[list[int]]:
 def evaluate_lm_artifact(path, data, reference: dict[str, np.ndarray], baseline: float,
                          config: ValidateConfig, latency: bool = True, threads: int | None = None,
                          weight_bits: int = 4) -> dict[str, Any]:
+    from compressor.html.tensors import largest_tensors
     from compressor.runtimes import inspect_artifact
     from compressor.runtimes.lm import open_lm_runtime
     from compressor.validate import int8_weight_share, weight_share_at
@@ -63,4 +64,5 @@ def evaluate_lm_artifact(path, data, reference: dict[str, np.ndarray], baseline:
         # speed run measured it, else the file's weights and the KV cache
         "est_peak_memory_bytes": speed.get("peak_rss_bytes") or info.size_bytes + kv_bytes,
         "runtime_warning": None,
+        "largest_tensors": largest_tensors(info.weights),   # report.html's tensor chart
     }

@@ -7,13 +7,17 @@ size ratios vs fp32, fp16 halving; plus the gate (exit 3) and device budget (exi
 from __future__ import annotations
 
 import json
+import os
+import shutil
 
 import numpy as np
 import pytest
 import yaml
 
+from compressor.cli import main as compress_main
 from compressor.pipeline import compress
 from compressor.runtimes import inspect_artifact
+from support import browser, html_checks
 from support.models import BACKENDS, cli_args, saved_digits_model
 
 pytestmark = pytest.mark.slow
@@ -107,6 +111,8 @@ def test_report_has_every_contract_key_and_matches_inspect(runs, cli):
                     "est_peak_memory_bytes"):
             assert shown[key] == art[key], key
     assert (result.out_dir / "report.md").read_text().count("| model.") == 2
+    page = html_checks.check_report_html(result.out_dir)   # the same numbers in report.html
+    assert {"sizes", "metric", "tensors", "history"} <= set(page.sections)
 
 
 def test_failed_gate_exits_3_and_still_leaves_artifacts(model, cli, tmp_path):
@@ -124,6 +130,50 @@ def test_failed_gate_exits_3_and_still_leaves_artifacts(model, cli, tmp_path):
     assert report["passed"] is False and report["gate"]["passed"] is False
     assert report["artifacts"][0]["drop"] > 0.0
     assert (out / "model.onnx").is_file() and (out / "report.md").is_file()
+    page = html_checks.check_report_html(out)   # the verdict first: FAILED, the gate named
+    assert page.verdict["class"] == "verdict failed" and page.verdict["data-exit-code"] == "3"
+    # `compress report` writes both files again from report.json alone, byte for byte
+    written = {name: (out / name).read_bytes() for name in ("report.md", "report.html")}
+    for name in written:
+        (out / name).unlink()
+    assert compress_main(["report", str(out)]) == 0   # in this process: no interpreter start
+    assert {name: (out / name).read_bytes() for name in written} == written
+
+
+def test_report_and_sweep_pages_in_headless_chromium(runs, backend, tmp_path):
+    """Both pages load from file:// with no console error and no request but the page itself,
+    draw something (not a blank screenshot) and fit a 390 px phone screen without sideways
+    scrolling. The sweep page is made from this module's fp32 / int8_prune30 / fp16 runs.
+    Keras only: the pages are framework-free (the PyTorch ones are parsed above).
+    COMPRESSOR_SCREENSHOTS=DIR copies the screenshots there (docs/ for the README)."""
+    if backend != "keras":
+        pytest.skip("the pages do not depend on the framework: the Keras run's are opened")
+    import pandas as pd
+
+    from compressor.html.sweep_page import render_sweep
+    from compressor.sweep import _rows
+
+    binary = browser.chromium_or_skip()
+    folder = runs["fp32"].out_dir.parent
+    frame = pd.DataFrame([row for result in runs.values()
+                          for row in _rows(result.report, cached=False)]).assign(error=None)
+    (folder / "sweep.html").write_text(render_sweep(frame, folder))
+    html_checks.check_sweep_html(folder / "sweep.html", frame)
+    pages = {"report": (runs["int8_prune30"].out_dir / "report.html", 1400),
+             "sweep": (folder / "sweep.html", 950)}
+    with browser.Chromium(binary) as chromium:
+        for name, (path, height) in pages.items():
+            url = path.resolve().as_uri()
+            desk = chromium.load(url, 900, height)
+            assert desk.console_errors == [] and desk.requests == [url], (name, desk)
+            assert browser.pixel_spread(desk.png) > 10, name   # blank: ~0
+            phone = chromium.load(url, 390, 800, mobile=True)
+            assert phone.console_errors == [] and phone.scroll_width <= 390, (name, phone)
+            size = browser.save_small_png(desk.png, tmp_path / f"{name}.png")
+            assert size < 300_000, (name, size)
+            if os.environ.get("COMPRESSOR_SCREENSHOTS"):
+                shutil.copyfile(tmp_path / f"{name}.png",
+                                os.path.join(os.environ["COMPRESSOR_SCREENSHOTS"], f"{name}.png"))
 
 
 def test_device_too_small_exits_4_naming_artifact_estimate_and_budget(model, cli, tmp_path):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from support import tiny_lm
+from support import helpers, tiny_lm
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")   # nothing in these tests downloads
 
@@ -24,10 +24,13 @@ def lm_tokenizer():
 
 @pytest.fixture(scope="session")
 def trained_lm_dir(tmp_path_factory, lm_tokenizer) -> Path:
-    """A tiny Llama (tied embeddings, GQA) trained on the built-in corpus's calibration text."""
-    model = tiny_lm.train_tiny_lm(lm_tokenizer, tiny_lm.builtin_texts()[0], family="llama")
-    return tiny_lm.save_hf_folder(model, lm_tokenizer,
-                                  tmp_path_factory.mktemp("trained-lm") / "tiny-llama")
+    """A tiny Llama (tied embeddings, GQA) trained on the built-in corpus's calibration text
+    (once per run, shared by pytest-xdist workers; the tokenizer training is deterministic)."""
+    def build(path: Path) -> None:
+        model = tiny_lm.train_tiny_lm(lm_tokenizer, tiny_lm.builtin_texts()[0], family="llama")
+        tiny_lm.save_hf_folder(model, lm_tokenizer, path)
+
+    return helpers.built_once(tmp_path_factory, "tiny-llama", build)
 
 
 @pytest.fixture(scope="session")

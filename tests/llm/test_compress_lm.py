@@ -11,6 +11,7 @@ import pytest
 import compressor as cz
 from compressor import lm_metrics
 from compressor.llm.text_data import TextData
+from support.html_checks import check_report_html
 
 pytestmark = pytest.mark.slow
 
@@ -58,6 +59,9 @@ def test_int4_artifact_is_4bit_within_the_gate_and_generates(int4_run, trained_l
     assert row["context"] == report["context"] == 512
     assert row["kv_cache_bytes"] == 2 * 2 * 2 * 16 * 512 * 4
     assert report["compress_peak_rss_bytes"] > 0
+    page = check_report_html(out)   # perplexity, agreement, KV cache as report.json has them
+    assert "llm" in page.sections and "metric" not in page.sections
+    assert page.column("llm", "model-onnx", "KV cache") == str(row["kv_cache_bytes"])
     assert report["quantize"]["mode"] == "weight_only"
 
 

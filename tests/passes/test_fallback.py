@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 from support.artifact_checks import accuracy, export_both, kernel_dtypes
+from support.html_checks import check_report_html
 
 from compressor.context import ModelState
 from compressor.errors import AccuracyGateError
@@ -46,7 +47,8 @@ def test_plain_int8_misses_a_one_point_budget(runs):
     assert result.exit_code == 3
     for row in result.report["artifacts"]:
         assert row["drop"] > 0.5, row             # the outliers wipe out the layer
-    with pytest.raises(AccuracyGateError, match="accuracy drop") as caught:
+    missed = r"accuracy 0\.\d+ drops by 0\.\d+ \(from 0\.\d+\) > max_drop 0\.01"
+    with pytest.raises(AccuracyGateError, match=missed) as caught:
         result.check()
     assert caught.value.exit_code == 3 and str(result.out_dir) in str(caught.value)
 
@@ -74,6 +76,9 @@ def test_mixed_int8_fp16_keeps_the_outlier_layer_float16(runs):
     cost = found["float_layer_costs"][0]["size_cost_bytes"]
     assert f"| bottleneck | +{found['ranking'][0]['sensitivity']:.4f} |" in markdown
     assert f"| yes | {cost:+,} B |" in markdown and 0 < cost < 4 * 64 * 16
+    page = check_report_html(result.out_dir)   # the ranking, kept float per layer
+    assert page.column("fallback", "bottleneck", "kept float") == "true"
+    assert float(page.column("fallback", "bottleneck", "size cost in the artifact")) == cost
 
 
 @slow

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import compressor as cz
+from support.html_checks import check_report_html
 from compressor.backends import get_backend
 from compressor.context import ModelState
 from compressor.data import digits
@@ -112,6 +113,8 @@ def test_int8_channels50_meets_its_gate_and_stays_int8(setup, recipes, framework
     # channel_multiple 16: the test ResNet's 24- / 48-wide groups keep 16 / 32, not 12 / 24
     # (measured 0.447x MACs; the MobileNetV2-style net stays under 0.35x)
     assert art["macs"] <= 0.45 * result.report["channel_pruning"]["model_before"]["macs"]
+    page = check_report_html(result.out_dir)   # report.html: widths before / after, int8 sizes
+    assert "channels" in page.sections and "tensors" in page.sections
 
 
 def test_removing_dead_channels_keeps_the_outputs(framework, tmp_path):

@@ -2,6 +2,8 @@
 applied the way the pipeline applies it (the pass records it in the state)."""
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,3 +41,22 @@ def run_keras_script(script: str, folder: Path, timeout: int) -> None:
     done = subprocess.run([sys.executable, "-c", script], cwd=folder, env=env,
                           capture_output=True, text=True, timeout=timeout, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def built_once(tmp_path_factory: Any, name: str, build: Callable[[Path], Any]) -> Path:
+    """`build(path)` run once per test run, under pytest-xdist too: its workers share the run's
+    base folder, and a file lock makes the others wait for the first and reuse what it built
+    (a trained model costs tens of seconds per worker otherwise)."""
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent          # the run's folder, above each worker's popen-gwN
+    path = root / "built-once" / name
+    done = path.parent / f"{path.name}.done"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path.parent / f"{path.name}.lock")):
+        if not done.exists():
+            build(path)
+            done.touch()
+    return path
