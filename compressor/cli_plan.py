@@ -6,6 +6,7 @@ import sys
 
 from compressor.cli_guard import Parser
 
+TFLITE_LIMIT = 2**31 - 1   # a flatbuffer's size: the LiteRT route refuses larger weights
 BOUNDS_NOTE = ("tok/s are upper bounds, not predictions: decode <= bandwidth / bytes read per "
                "token (weights + KV cache), prefill <= compute / ops per token")
 
@@ -97,11 +98,21 @@ def _render(result: dict) -> None:
                           _rate(p["decode_tokens_per_s_bound"]), _rate(p["prefill_tokens_per_s_bound"]),
                           "-" if p["max_context"] is None else f"{p['max_context']:,}")
         console.print(table)
+        _render_tflite(console, target["plans"])
         console.print(f"recommended: {target['recommended'] or 'none fits with 5% headroom'}")
         if "split" in target:
             _render_split(console, target["split"])
     if result["context"]:
         console.print(BOUNDS_NOTE, style="dim")
+
+
+def _render_tflite(console, plans: list[dict]) -> None:
+    """The LiteRT route's model.tflite per recipe (weights above: the ONNX artifact)."""
+    sizes = [f"{p['recipe']} {human_size(p['tflite_bytes'])}"
+             + (" (over 2 GiB: not written)" if p["tflite_bytes"] > TFLITE_LIMIT else "")
+             for p in plans if p.get("tflite_bytes") is not None]
+    if sizes:
+        console.print(f"model.tflite (weights column: the ONNX artifact): {', '.join(sizes)}")
 
 
 def _render_split(console, split: dict) -> None:

@@ -89,6 +89,7 @@ class Layout:
     gathers_quantized: bool = False  # an int4 build: GatherBlockQuantized can read the lm_head
     graph_bytes_bias: int = 0        # per layer with projection biases (the Add nodes)
     graph_bytes_gemma: int = 0       # Gemma's embedding scale and logit soft-cap nodes
+    rope_tables: bool = True         # cos/sin caches stored; False: inv_freq only (TFLite)
 
     def shares_tied_embedding(self, shape: ModelShape) -> bool:
         """The builder's shared_embeddings (on by default for a tied model): one matrix serves
@@ -233,8 +234,9 @@ def weight_bytes(shape: ModelShape, layout: Layout, context: int | None = None) 
         by_kind[t.kind] += size
         if t.layer is not None:
             per_layer[t.layer] += size
-    by_kind["rotary"] = sum(min(rows, context or rows) * (shape.rotary_dim // 2) * 2 * layout.io_bytes
-                            for rows in shape.rope_cache_rows)
+    by_kind["rotary"] = (sum(min(rows, context or rows) * (shape.rotary_dim // 2) * 2 * layout.io_bytes
+                             for rows in shape.rope_cache_rows) if layout.rope_tables
+                         else shape.rotary_dim // 2 * 4)
     per_layer_graph = (layout.graph_bytes_per_layer + layout.graph_bytes_qk_norm * shape.qk_norm
                        + layout.graph_bytes_extra_norm * (shape.norms_per_layer - 2)
                        + layout.graph_bytes_bias * bool(shape.biases))

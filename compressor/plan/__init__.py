@@ -15,6 +15,7 @@ from typing import Any
 from compressor.devices import DeviceProfile, get_profile, load_profiles
 from compressor.errors import DeviceBudgetError, UsageError
 from compressor.llm.footprint import DEFAULT_RECIPES, LAYOUTS
+from compressor.llm.footprint_tflite import tokenizer_bytes
 from compressor.llm.catalogue import find
 from compressor.llm.headers import ModelDescription, describe
 from compressor.llm.shapes import ModelShape, from_hf_config, is_language_model, param_count, params_by_kind
@@ -57,8 +58,9 @@ def _device_json(profile: DeviceProfile, llm: bool) -> dict:
 
 
 def _llm_target(shape: ModelShape, profile: DeviceProfile, context: int, batch: int,
-                recipes: tuple[str, ...], kv_dtype: str | None, devices: int | None) -> dict:
-    plans = [plan_recipe(shape, r, profile, context, batch, kv_dtype) for r in recipes]
+                recipes: tuple[str, ...], kv_dtype: str | None, devices: int | None,
+                tokenizer: int | None = None) -> dict:
+    plans = [plan_recipe(shape, r, profile, context, batch, kv_dtype, tokenizer) for r in recipes]
     out = {"target": profile.name, "device": _device_json(profile, llm=True),
            "plans": [p.as_json() for p in plans],
            "recommended": recommend(plans, profile.llm_budget_bytes)}
@@ -88,7 +90,8 @@ def plan(model: str | Path | dict, target: str | None = DEFAULT_TARGET, context:
         layout_for(r)
     if kv_dtype not in (None, "float32", "float16", "int8"):
         raise UsageError(f"--kv-dtype {kv_dtype}: give float16, int8 or float32")
-    per_device = [_llm_target(desc.shape, p, context, batch, recipes, kv_dtype, devices)
+    tokenizer = tokenizer_bytes(_model_folder(model), desc.shape)
+    per_device = [_llm_target(desc.shape, p, context, batch, recipes, kv_dtype, devices, tokenizer)
                   for p in _profiles(target)]
     head = {"model": _model_json(desc), "target": target or DEFAULT_TARGET, "context": context,
             "batch": batch}
@@ -96,6 +99,15 @@ def plan(model: str | Path | dict, target: str | None = DEFAULT_TARGET, context:
         return {**head, "targets": per_device}
     one = per_device[0]
     return {**head, **{k: v for k, v in one.items() if k != "target"}}
+
+
+def _model_folder(model: str | Path | dict) -> Path | None:
+    """The folder whose tokenizer files a .tflite export would carry (None: a built-in name
+    or a config dict)."""
+    if isinstance(model, dict):
+        return None
+    path = Path(str(model))
+    return path if path.is_dir() else path.parent if path.is_file() else None
 
 
 def _is_language_model(model_ref: str | Path | dict) -> bool:

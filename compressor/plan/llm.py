@@ -19,6 +19,7 @@ from compressor.llm.footprint import (
     weight_bytes,
     working_bytes,
 )
+from compressor.llm.footprint_tflite import tflite_bytes
 from compressor.llm.shapes import ModelShape, params_by_kind
 
 HEADROOM_FRACTION = 0.05   # the recommendation keeps >= 5% of the usable memory free
@@ -36,6 +37,7 @@ class RecipePlan:
     decode_tokens_per_s_bound: float | None
     prefill_tokens_per_s_bound: float | None
     max_context: int
+    tflite_bytes: int | None = None   # the LiteRT route's model.tflite (weights_bytes: ONNX)
 
     def as_json(self) -> dict:
         return {k: (round(v, 1) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
@@ -107,7 +109,9 @@ def prefill_bound(shape: ModelShape, layout: Layout, profile: DeviceProfile, con
 
 
 def plan_recipe(shape: ModelShape, recipe: str, profile: DeviceProfile, context: int, batch: int,
-                kv_dtype: str | None) -> RecipePlan:
+                kv_dtype: str | None, tokenizer_bytes: int | None = None) -> RecipePlan:
+    """tokenizer_bytes: the tokenizer files the .tflite's metadata carries
+    (footprint_tflite.tokenizer_bytes; None: estimated from the vocabulary size)."""
     layout = layout_for(recipe)
     kv_bytes = kv_bytes_of(layout, kv_dtype)
     usable = profile.llm_budget_bytes
@@ -118,7 +122,8 @@ def plan_recipe(shape: ModelShape, recipe: str, profile: DeviceProfile, context:
         total_bytes=total, fits=total <= usable, headroom_bytes=usable - total,
         decode_tokens_per_s_bound=decode_bound(shape, layout, profile, context, batch, kv_bytes),
         prefill_tokens_per_s_bound=prefill_bound(shape, layout, profile, context),
-        max_context=max_context(shape, layout, usable, batch, kv_bytes))
+        max_context=max_context(shape, layout, usable, batch, kv_bytes),
+        tflite_bytes=tflite_bytes(shape, recipe, tokenizer_bytes))
 
 
 def recommend(plans: list[RecipePlan], usable: int) -> str | None:

@@ -76,3 +76,65 @@ def test_planned_weights_bytes_match_the_written_folder(family, model_dirs, tmp_
         print(f"{family} {recipe}: planned {planned[recipe]:,} B, written {written:,} B "
               f"({planned[recipe] / written - 1:+.2%})")
         assert planned[recipe] == pytest.approx(written, rel=0.02), (family, recipe)
+
+
+# --- the LiteRT route's model.tflite --------------------------------------------------------
+# One litert-torch conversion per family (~30-60 s each): the graph and its buffer sizes do
+# not depend on the weights' values, so int8 and fp16 files are written from the float .tflite
+# traced for int4 by the route's own steps (litert._store_integers / store_float16 /
+# add_metadata), keyed by the same parameter names.
+TFLITE_FAMILIES = ("llama", "phi3")     # tied Llama; untied Phi-3 (fused qkv / gate_up)
+
+
+def export_tflite_files(model_dir, root) -> dict[str, int]:
+    """recipe -> bytes of the model.tflite the LiteRT route writes for it."""
+    from compressor.backends.llm import litert, litert_weights
+    from compressor.backends.llm.handlers import weight_only_plan
+    from compressor.backends.llm.load import load_lm
+    from compressor.backends.llm.quantize import quantize_lm
+    from compressor.context import Context, Data
+    from compressor.progress import Progress
+    from compressor.schemes import Int4WeightOnly, Int8WeightOnly
+
+    base = load_lm(model_dir)
+
+    def quantized(scheme):
+        grid = dataclasses.replace(weight_only_plan(scheme, base), algorithm="rtn")
+        return base.with_quantized(quantize_lm(base, grid, None))
+
+    loaded = {"int4": quantized(Int4WeightOnly()), "int8": quantized(Int8WeightOnly()),
+              "fp16": base}
+    ctx = Context(data=Data(), progress=Progress(quiet=True), workdir=root, context=CONTEXT)
+    prefill = [min(litert.PREFILL_MAX, CONTEXT)]
+    digests = litert.write_float_folder(loaded["int4"], root / "hf")
+    float_path = litert.convert(root / "hf", root / "float.tflite", prefill, CONTEXT,
+                                root / "convert.log")
+    sizes = {}
+    for recipe in RECIPES:
+        model = litert_weights.read(float_path)
+        if recipe == "fp16":
+            litert_weights.store_float16(model)
+        else:
+            litert._store_integers(model, loaded[recipe], digests, ctx)
+        litert_weights.add_metadata(model, litert._metadata(loaded[recipe], CONTEXT, prefill))
+        sizes[recipe] = litert_weights.write(model, root / f"{recipe}.tflite").stat().st_size
+    return sizes
+
+
+@pytest.fixture(scope="module")
+def tflite_sizes(model_dirs, tmp_path_factory):
+    pytest.importorskip("litert_torch")
+    return {family: export_tflite_files(model_dirs[family], tmp_path_factory.mktemp(family))
+            for family in TFLITE_FAMILIES}
+
+
+@pytest.mark.parametrize("family", TFLITE_FAMILIES)
+def test_planned_tflite_bytes_match_the_written_file(family, model_dirs, tflite_sizes):
+    planned = {p["recipe"]: p["tflite_bytes"] for p in
+               plan(str(model_dirs[family]), target="jetson-orin-nx-8gb", context=CONTEXT,
+                    recipes=list(RECIPES))["plans"]}
+    for recipe in RECIPES:
+        written = tflite_sizes[family][recipe]
+        print(f"{family} {recipe} tflite: planned {planned[recipe]:,} B, written {written:,} B "
+              f"({planned[recipe] / written - 1:+.2%})")
+        assert planned[recipe] == pytest.approx(written, rel=0.02), (family, recipe)
