@@ -28,7 +28,8 @@ WORK_PREFIX = "compressor-work-"
 # Pseudo file systems: writing there is never what a user meant (and may change the kernel).
 FORBIDDEN_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
 # What a run writes into --out; --force replaces a folder holding only these.
-OUR_FILES = ("report.json", "report.md", "report.html", "sweep.csv", "pareto.png")
+OUR_FILES = ("report.json", "report.md", "report.html", "sweep.csv", "sweep.html", "pareto.png",
+             "logs", "model-onnx")   # logs/: a failed format's converter logs; an LLM's folder
 OUR_PREFIXES = ("model.",)
 
 _held: dict[Path, int] = {}   # resolved --out -> lock file descriptor, locks this process holds

@@ -106,3 +106,20 @@ def test_an_error_citing_a_work_log_keeps_it_and_cites_the_copy(tmp_path):
     assert kept.read_text() == "converter said no\n" and kept.parent.parent.name.startswith(
         f"compressor-logs-{os.getpid()}-")
     shutil.rmtree(kept.parent.parent)
+
+
+def test_force_replaces_what_a_language_model_run_wrote(tmp_path):
+    """A rerun with --force over an LLM run's --out (model-onnx/, logs/, report.html) used to
+    be refused as "holds files compressor did not write (model-onnx)"."""
+    from compressor.errors import RecipeError
+    from compressor.workspace import check_output_path
+
+    out = tmp_path / "out"
+    for folder in ("model-onnx", "logs"):
+        (out / folder).mkdir(parents=True)
+    for name in ("model.tflite", "report.json", "report.md", "report.html", "sweep.html"):
+        (out / name).write_text("x")
+    check_output_path(out, force=True)
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(RecipeError, match=r"did not write \(notes.txt\)"):
+        check_output_path(out, force=True)
