@@ -20,6 +20,7 @@ from compressor.backends.llm.model import QuantizedLinear
 
 GPTQ_DAMP = 0.01       # fraction of the mean Hessian diagonal added before inverting
 GPTQ_BLOCK = 128       # columns updated together (lazy batch updates)
+RTN_ROWS = 1024        # output rows rounded at once
 
 
 def grid_params(w: torch.Tensor, bits: int, symmetric: bool = False
@@ -43,16 +44,21 @@ def _on_grid(w: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, maxq: int
 
 def rtn(weight: torch.Tensor, bits: int, group_size: int, symmetric: bool = False
         ) -> QuantizedLinear:
-    """Round to nearest on each group's own min-max grid."""
-    w = weight.detach().to(torch.float32)
-    n, k = w.shape
-    groups = w.reshape(n * (k // group_size), group_size)
-    scale, zero = grid_params(groups, bits, symmetric)
-    q = _on_grid(groups, scale[:, None], zero[:, None], 2 ** bits - 1)
-    return QuantizedLinear(q=q.reshape(n, k).to(torch.uint8),
-                           scales=scale.reshape(n, k // group_size),
-                           zeros=zero.reshape(n, k // group_size).to(torch.uint8),
-                           bits=bits, group_size=group_size)
+    """Round to nearest on each group's own min-max grid, RTN_ROWS rows at a time: the float32
+    temporaries stay a few MB, not several copies of a 32000 x 2048 lm_head (~1 GB)."""
+    n, k = weight.shape
+    q = torch.empty(n, k, dtype=torch.uint8)
+    scales = torch.empty(n, k // group_size, dtype=torch.float32)
+    zeros = torch.empty(n, k // group_size, dtype=torch.uint8)
+    for start in range(0, n, RTN_ROWS):
+        rows = slice(start, min(start + RTN_ROWS, n))
+        groups = weight[rows].detach().to(torch.float32).reshape(-1, group_size)
+        scale, zero = grid_params(groups, bits, symmetric)
+        codes = _on_grid(groups, scale[:, None], zero[:, None], 2 ** bits - 1)
+        q[rows] = codes.reshape(-1, k).to(torch.uint8)
+        scales[rows] = scale.reshape(-1, k // group_size)
+        zeros[rows] = zero.reshape(-1, k // group_size).to(torch.uint8)
+    return QuantizedLinear(q=q, scales=scales, zeros=zeros, bits=bits, group_size=group_size)
 
 
 def gptq(weight: torch.Tensor, hessian: torch.Tensor, bits: int, group_size: int,
