@@ -108,7 +108,8 @@ def test_a_crashing_format_exits_5_and_keeps_the_other(untrained_keras_file, tmp
         {"format": "onnx", "error": crash, "logs": None}]
     assert [row["path"] for row in report["artifacts"]] == ["model.tflite"]
     assert report["artifacts"][0]["ort_optimization_level"] is None
-    assert sorted(p.name for p in out.iterdir()) == ["model.tflite", "report.json", "report.md"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "model.tflite", "report.html", "report.json", "report.md"]
     left = [p.name for p in (*tmp_path.iterdir(), *(tmp_path / "tmp").iterdir())
             if p.name.startswith(("compressor-", ".out.")) or p.name.endswith(".lock")]
     assert not left, left

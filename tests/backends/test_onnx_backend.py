@@ -114,7 +114,7 @@ def test_int8_cli_gives_int8_weights_within_the_gate_and_leaves_the_file(cli, mo
     assert done.returncode == 0, done.stderr[-2000:]
     assert "tflite skipped" in done.stdout + done.stderr
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
-        "model.onnx", "report.json", "report.md"]
+        "model.onnx", "report.html", "report.json", "report.md"]
     info = inspect_artifact(tmp_path / "out" / "model.onnx")
     assert info.weight_dtypes.get("int8", 0) >= 0.95, info.weight_dtypes
     assert "DequantizeLinear" in info.ops and "BatchNormalization" not in info.ops

@@ -206,7 +206,7 @@ def test_teacher_is_recorded_unchanged_and_not_exported(kit, teacher, kd_run):
     assert all(np.array_equal(a, b) for a, b in zip(kd_run["teacher_weights"],
                                                     kit.weights(teacher)))
     assert sorted(p.name for p in kd_run["out"].iterdir()) == [
-        "model.onnx", "model.tflite", "report.json", "report.md"]
+        "model.onnx", "model.tflite", "report.html", "report.json", "report.md"]
 
 
 def test_teacher_with_other_outputs_is_refused_naming_both_shapes(kit, tmp_path):
