@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -28,6 +29,7 @@ exit codes: 0 passed, 1 internal error (a bug: rerun with --debug for the traceb
 
 
 def main(argv: list[str] | None = None) -> int:
+    os.environ["COMPRESSOR_CLI"] = "1"   # compressor.quiet: the command owns the root logger
     debug, argv = debug_requested(list(sys.argv[1:] if argv is None else argv))
     return guarded(lambda: _dispatch(argv), debug)
 

@@ -100,6 +100,10 @@ def _show(debug: bool, message: str) -> None:
 
 
 def debug_requested(argv: list[str]) -> tuple[bool, list[str]]:
-    """(--debug given, argv without it); COMPRESSOR_DEBUG=1 also turns it on."""
+    """(--debug given, argv without it); COMPRESSOR_DEBUG=1 also turns it on. --debug sets
+    COMPRESSOR_DEBUG=1, so this process and its children let library output through
+    (compressor.quiet)."""
     rest = [arg for arg in argv if arg != "--debug"]
-    return len(rest) != len(argv) or os.environ.get("COMPRESSOR_DEBUG") == "1", rest
+    if len(rest) != len(argv):
+        os.environ["COMPRESSOR_DEBUG"] = "1"
+    return os.environ.get("COMPRESSOR_DEBUG") == "1", rest

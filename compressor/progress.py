@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Callable, Iterator
 
 
@@ -34,4 +33,6 @@ class Progress:
     def _console(self):
         from rich.console import Console
 
-        return Console(file=sys.stderr)
+        from compressor.quiet import user_stream
+
+        return Console(file=user_stream())   # the terminal, also while a converter's output is captured

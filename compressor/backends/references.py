@@ -24,6 +24,9 @@ def is_builder_reference(ref: str) -> bool:
 def call_reference(ref: str) -> Any:
     """What the function named by `ref` returns (it runs once)."""
     module_part, _, function_name = ref.rpartition(":")
+    from compressor.backends.torch.env import configure_environment
+
+    configure_environment()   # user code imports torch / torchao / transformers: quietly
     module = _import_file(Path(module_part)) if module_part.endswith(".py") else \
         _import_module(module_part, function_name)
     builder = getattr(module, function_name, None)

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
-from pathlib import Path
 from types import ModuleType
 
 from compressor.errors import BackendUnavailableError
 
 
 def _configure_environment() -> None:
+    from compressor.quiet import hush_libraries
+
+    hush_libraries()
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -34,22 +35,17 @@ def _first_tensorflow_import() -> ModuleType:
     TF_CPP_MIN_LOG_LEVEL does not cover absl's pre-init warnings or the CUDA probes
     ("Could not find cuda drivers", "failed call to cuInit") on CPU-only machines.
     """
-    from compressor.quiet import captured_native_output, log_tail
+    from compressor.quiet import log_tail, quiet_import
 
-    handle, log_name = tempfile.mkstemp(prefix=f"compressor-work-{os.getpid()}-tf-import-", suffix=".log")
-    os.close(handle)
-    log = Path(log_name)
-    try:
-        with captured_native_output(log, "import tensorflow"):
+    with quiet_import("tensorflow") as log:
+        try:
             import tensorflow
 
             tensorflow.config.list_physical_devices()   # the CUDA probe happens here
-    except ImportError as exc:
-        raise BackendUnavailableError(f"TensorFlow cannot be imported ({exc}); install the Keras "
-                                      f"extras: pip install compressor[keras]\n{log_tail(log)}"
-                                      ) from None
-    finally:
-        log.unlink(missing_ok=True)
+        except ImportError as exc:
+            raise BackendUnavailableError(f"TensorFlow cannot be imported ({exc}); install the "
+                                          f"Keras extras: pip install compressor[keras]\n"
+                                          f"{log_tail(log)}") from None
     from compressor.backends.keras.distribute import join_workers
 
     join_workers(tensorflow)   # under TF_CONFIG: before any op runs (collective ops setup)

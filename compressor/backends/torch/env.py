@@ -23,6 +23,9 @@ IMPORT_NOISE = ("torchao", "torch.utils._pytree")
 
 
 def configure_environment() -> None:
+    from compressor.quiet import hush_libraries
+
+    hush_libraries()   # torchao / torch start-up warnings: errors only, unless --debug
     # torchao probes CUDA kernels at import and logs a failure per .so on CPU machines.
     os.environ.setdefault("TORCHAO_FORCE_SKIP_LOADING_SO_FILES", "1")
     # litert-torch imports TensorFlow; the Keras backend (same process) needs Keras 2 there.
@@ -92,7 +95,7 @@ def import_litert_torch() -> ModuleType:
     configure_environment()
     require("litert_torch", "litert-torch==0.10.0", "exporting PyTorch models to TFLite")
     import_pt2e()   # litert-torch imports torchao: quietly first
-    import litert_torch
+    import litert_torch   # TensorFlow, which it loads later, starts quietly (compressor.quiet)
 
     return litert_torch
 
