@@ -90,10 +90,11 @@ def open_session(model: Any, recipe: str | Path | Recipe, data: Any = "digits", 
     backend, source = resolve_model(model)
     formats, format_note = _formats_written_by(backend, formats, explicit=bool(requested))
     _refuse_training_steps(backend, recipe)
+    planned = None
     if isinstance(backend, TextModel):
         from compressor.session_lm import check_plan_fits
 
-        check_plan_fits(model, recipe, target, context, force_plan)   # before any loading
+        planned = check_plan_fits(model, recipe, target, context, force_plan)   # before loading
     loaded = backend.load(source, weights=weights, trust_pickle=trust_pickle)
     if isinstance(backend, TextModel):
         from compressor.session_lm import open_lm_session
@@ -103,6 +104,8 @@ def open_session(model: Any, recipe: str | Path | Recipe, data: Any = "digits", 
             formats=formats, format_note=format_note, quiet=quiet, force=force, target=target,
             latency=latency, threads=threads, metric=metric, context=context))
         session.record.add_timing("load", time.perf_counter() - started)
+        if planned is not None:
+            session.record.add_note("plan", planned)   # report.json `plan`, report.html's table
         return session
     teacher_model = None
     if teacher is not None and recipe.needs_teacher:   # recipes without distill ignore it

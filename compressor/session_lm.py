@@ -50,17 +50,17 @@ def artifact_context(model: Any, context: int | None) -> int:
 
 
 def check_plan_fits(model: Any, recipe: Recipe, target: str | None, context: int | None,
-                    force_plan: bool) -> None:
+                    force_plan: bool) -> dict | None:
     """`compress plan`'s verdict before any work: a recipe whose plan cannot fit the target
-    is refused (exit 4) unless --force-plan."""
+    is refused (exit 4) unless --force-plan; the plan of one that fits (report.json `plan`)."""
     if target is None or force_plan or not isinstance(model, (str, Path)):
-        return
+        return None
     from compressor.llm.headers import describe
     from compressor.plan import plan_gate
 
     shape = describe(str(model)).shape
     limit = shape.max_position_embeddings if shape else DEFAULT_CONTEXT
-    plan_gate(str(model), recipe.name, target, context or min(limit, DEFAULT_CONTEXT))
+    return plan_gate(str(model), recipe.name, target, context or min(limit, DEFAULT_CONTEXT))
 
 
 def check_quantize_steps(loaded: Any, recipe: Recipe) -> None:

@@ -130,18 +130,19 @@ def _is_language_model(model_ref: str | Path | dict) -> bool:
 
 
 def plan_gate(model_ref: str | Path | dict, recipe_name: str, target: str | None,
-              context: int = 4096, batch: int = 1) -> None:
+              context: int = 4096, batch: int = 1) -> dict | None:
     """Raise DeviceBudgetError (exit 4) naming the plan's numbers when `recipe_name` cannot fit
-    `target` at `context`. Silent when there is no target, the recipe is not an LLM recipe the
-    plan knows, or the model is not a language model it can read shapes of."""
+    `target` at `context`; else the plan (what report.json records as `plan`). None when there
+    is no target, the recipe is not an LLM recipe the plan knows, or the model is not a
+    language model it can read shapes of."""
     if not target or target == "all" or recipe_name not in LAYOUTS:
-        return
+        return None
     if not _is_language_model(model_ref):
-        return
+        return None
     result = plan(model_ref, target, context, batch, [recipe_name])
     p = result["plans"][0]
     if p["fits"]:
-        return
+        return result
     usable = result["device"]["usable_bytes"]
     gb = 1e9
     raise DeviceBudgetError(

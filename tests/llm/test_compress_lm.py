@@ -28,7 +28,8 @@ def int4_run(trained_lm_dir, tmp_path_factory):
     from conftest import run_cli
 
     out = tmp_path_factory.mktemp("int4") / "out"
-    return (out, *_compress(run_cli, trained_lm_dir, "int4", out))
+    return (out, *_compress(run_cli, trained_lm_dir, "int4", out, "--target",
+                            "raspberry-pi-5-8gb", "--context", "512"))
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +64,14 @@ def test_int4_artifact_is_4bit_within_the_gate_and_generates(int4_run, trained_l
     assert "llm" in page.sections and "metric" not in page.sections
     assert page.column("llm", "model-onnx", "KV cache") == str(row["kv_cache_bytes"])
     assert report["quantize"]["mode"] == "weight_only"
+    # the plan made before any work is recorded (report.html shows it), and its bytes are the
+    # written folder's
+    (planned,) = report["plan"]["plans"]
+    assert planned["recipe"] == "int4" and planned["fits"] and report["plan"]["context"] == 512
+    assert "plan" in page.sections
+    written = sum(f.stat().st_size for f in (out / "model-onnx").iterdir()
+                  if f.name.startswith("model.onnx"))
+    assert planned["weights_bytes"] == pytest.approx(written, rel=0.02)
 
 
 def test_int4_perplexity_is_what_the_artifact_computes(int4_run, trained_lm_dir):

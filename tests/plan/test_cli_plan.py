@@ -101,8 +101,9 @@ def test_plan_gate_refuses_what_cannot_fit():
                                                 r"jetson-orin-nx-8gb has 7\.30 GB") as e:
         plan_gate("llama-3.1-8b", "int8", "jetson-orin-nx-8gb", 4096)
     assert e.value.exit_code == 4 and "--force-plan" in str(e.value)
-    plan_gate("llama-3.1-8b", "int4", "jetson-orin-nx-8gb", 4096)          # fits: silent
-    plan_gate("llama-3.1-8b", "int8", None, 4096)                          # no target
+    fits = plan_gate("llama-3.1-8b", "int4", "jetson-orin-nx-8gb", 4096)   # fits: its plan
+    assert fits["plans"][0]["recipe"] == "int4" and fits["plans"][0]["fits"]
+    assert plan_gate("llama-3.1-8b", "int8", None, 4096) is None           # no target
     plan_gate("digits.keras", "int8", "jetson-orin-nx-8gb", 4096)          # not a language model
     plan_gate("pkg.module:build", "int8", "jetson-orin-nx-8gb", 4096)
     plan_gate("llama-3.1-8b", "int8_prune30", "jetson-orin-nx-8gb", 4096)  # not an LLM recipe

@@ -101,7 +101,8 @@ def expected_sections(report: dict[str, Any]) -> list[str]:
               ("llm", llm and bool(arts)), ("tensors", None),
               ("history", any(s.get("epochs") for s in report.get("history") or ())),
               ("fallback", bool(report.get("fallback"))),
-              ("channels", bool(report.get("channel_pruning"))), ("plan", None),
+              ("channels", bool(report.get("channel_pruning"))),
+              ("plan", bool((report.get("plan") or {}).get("plans"))),
               ("notes", None), ("run", True)]
     return [key for key, present in wanted if present]
 
