@@ -93,8 +93,9 @@ def require_removed(before: Mapping[str, int], after: Mapping[str, int], ratio: 
 class ChannelPruning:
     """report.json `channel_pruning`: the applied ratio, the framework model's params / MACs
     before and after (each artifact's own, read back from its file, are in its row), the
-    attention layers whose heads were removed ({"layer", "before", "after"} head counts), and
-    the layers left whole with the reason."""
+    attention layers whose heads were removed ({"layer", "before", "after"} head counts), the
+    output widths of the layers that make each pruned group ({"layer", "before", "after"}),
+    and the layers left whole with the reason."""
 
     ratio: float
     model_before: dict[str, int]
@@ -102,6 +103,7 @@ class ChannelPruning:
     groups_pruned: int
     kept_whole: tuple[dict[str, Any], ...] = ()
     attention_heads: tuple[dict[str, Any], ...] = ()
+    widths: tuple[dict[str, Any], ...] = ()
     target_macs: float | None = None
     key: str = field(default="channel_pruning", init=False)
 
@@ -109,4 +111,5 @@ class ChannelPruning:
         return {"structure": "channel", "ratio": round(self.ratio, 4),
                 "target_macs": self.target_macs, "model_before": self.model_before,
                 "model_after": self.model_after, "groups_pruned": self.groups_pruned,
-                "attention_heads": list(self.attention_heads), "kept_whole": list(self.kept_whole)}
+                "attention_heads": list(self.attention_heads), "widths": list(self.widths),
+                "kept_whole": list(self.kept_whole)}

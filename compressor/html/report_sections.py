@@ -149,6 +149,12 @@ def channel_section(report: dict[str, Any]) -> str:
     cells = [(k, [cell(k), cell(f"{before[k]:,}", before[k]), cell(f"{after[k]:,}", after[k]),
                   cell(f"{after[k] / max(before[k], 1):.3f}x")]) for k in ("params", "macs")]
     parts.append(table(("count", "before", "after", "ratio"), cells, "channels"))
+    widths = channels.get("widths") or []
+    if widths:
+        parts.append(table(("layer", "channels before", "channels after"),
+                           [(w["layer"], [cell(w["layer"]), cell(w["before"], w["before"]),
+                                          cell(w["after"], w["after"])]) for w in widths],
+                           "widths"))
     heads = channels.get("attention_heads") or []
     if heads:
         parts.append(table(("attention layer", "heads before", "heads after"),

@@ -113,6 +113,10 @@ def test_int8_channels50_meets_its_gate_and_stays_int8(setup, recipes, framework
     # channel_multiple 16: the test ResNet's 24- / 48-wide groups keep 16 / 32, not 12 / 24
     # (measured 0.447x MACs; the MobileNetV2-style net stays under 0.35x)
     assert art["macs"] <= 0.45 * result.report["channel_pruning"]["model_before"]["macs"]
+    widths = result.report["channel_pruning"]["widths"]
+    # every pruned group's layers narrower, on channel_multiple 16 (groups no wider keep half)
+    assert widths and all(w["after"] < w["before"] and (w["after"] % 16 == 0 or w["before"] <= 16)
+                          for w in widths), widths
     page = check_report_html(result.out_dir)   # report.html: widths before / after, int8 sizes
     assert "channels" in page.sections and "tensors" in page.sections
 

@@ -153,6 +153,10 @@ def check_report_html(folder: Path) -> Page:
         for key in ("params", "macs"):
             assert int(page.column("channels", key, "before")) == channels["model_before"][key]
             assert int(page.column("channels", key, "after")) == channels["model_after"][key]
+        for width in channels.get("widths") or ():
+            for side in ("before", "after"):
+                assert int(page.column("widths", width["layer"], f"channels {side}")) == \
+                    width[side], width
     return page
 
 

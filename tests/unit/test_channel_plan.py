@@ -96,6 +96,7 @@ def test_channel_pruning_report_section():
                              model_after={"params": 500, "macs": 24_000}, groups_pruned=3,
                              kept_whole=({"layers": ["head"], "reason": "the model's output"},),
                              attention_heads=({"layer": "mha", "before": 4, "after": 3},),
+                             widths=({"layer": "conv", "before": 16, "after": 11},),
                              target_macs=0.5)
     assert section.key == "channel_pruning"
     assert section.report({}) == {
@@ -103,4 +104,5 @@ def test_channel_pruning_report_section():
         "model_before": {"params": 1000, "macs": 50_000},
         "model_after": {"params": 500, "macs": 24_000}, "groups_pruned": 3,
         "attention_heads": [{"layer": "mha", "before": 4, "after": 3}],
+        "widths": [{"layer": "conv", "before": 16, "after": 11}],
         "kept_whole": [{"layers": ["head"], "reason": "the model's output"}]}

@@ -69,9 +69,19 @@ def channel_pruned(state: ModelState, config: PruneConfig, ctx: Context) -> Mode
         model_before={"params": int(model.count_params()), "macs": keras_macs(model)},
         model_after={"params": int(pruned.count_params()), "macs": keras_macs(pruned)},
         kept_whole=tuple(_kept_whole(roots)), attention_heads=attention_heads.heads_report(
-            model, attention_heads.kept_heads(heads, ratio)))
+            model, attention_heads.kept_heads(heads, ratio)),
+        widths=tuple(_widths(model, pruned, [s for info in free.values() for s in info["sources"]])))
     ctx.record.add_section(section)
     return state.replace(model=pruned)
+
+
+def _widths(model: Any, pruned: Any, sources: list[str]) -> list[dict[str, Any]]:
+    """Output channels before / after of each layer that makes a pruned group's channels."""
+    def width(layer: Any) -> int:
+        return int(getattr(layer, "filters", None) or layer.units)
+
+    return [{"layer": name, "before": width(model.get_layer(name)),
+             "after": width(pruned.get_layer(name))} for name in dict.fromkeys(sources)]
 
 
 def as_functional(model: Any) -> Any:

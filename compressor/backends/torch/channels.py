@@ -70,6 +70,9 @@ def channel_pruned(state: ModelState, config: PruneConfig, ctx: Context) -> Mode
         model_before={"params": _params(original), "macs": torch_macs(original, example)},
         model_after={"params": _params(pruned), "macs": torch_macs(pruned, example)},
         attention_heads=heads[0],
+        widths=tuple({"layer": name, "before": width,
+                      "after": out_channels(pruned.get_submodule(name))}
+                     for name, width in plan.widths.items()),
         kept_whole=tuple({"layers": [name], "reason": reason} for name, reason in kept_whole))
     ctx.record.add_section(section)
     return state.replace(model=pruned.eval())
