@@ -7,6 +7,8 @@ Only the main graph is inspected; subgraphs of If / Loop / Scan are not walked.
 """
 from __future__ import annotations
 
+import contextlib
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -169,7 +171,11 @@ def _inferred(model):
     try:
         from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
-        return SymbolicShapeInference.infer_shapes(model, auto_merge=True)
+        # When it cannot infer every shape it saves the model into the working directory
+        # (sym_shape_infer_temp.onnx + external data) before raising: keep that in a temp dir.
+        with tempfile.TemporaryDirectory(prefix="compressor-shapes-") as scratch, \
+                contextlib.chdir(scratch):
+            return SymbolicShapeInference.infer_shapes(model, auto_merge=True)
     except Exception:   # noqa: BLE001 - any op it cannot follow: onnx's own inference below
         pass
     try:

@@ -240,11 +240,15 @@ def test_grids_litert_computes_with_keep_their_integers():
                                                      kernel_scales, on_litert_grid)
 
     w = torch.randn(8, 64)
-    symmetric = rtn(w, 4, 32, symmetric=True)
+    symmetric = rtn(w, 4, 32, symmetric=True)   # our symmetric grid: bfloat16-exact scales
     stored, how = on_litert_grid(symmetric)
-    assert how == SCALES_ROUNDED          # absmax / 7 scales are not bfloat16 numbers
+    assert how == EXACT
     np.testing.assert_array_equal(stored.values, symmetric.q.numpy().astype(np.int16) - 8)
-    on_bf16 = type(symmetric)(symmetric.q, torch.from_numpy(kernel_scales(symmetric.scales.numpy())),
+    # absmax / 7 scales as other quantizers leave them are not bfloat16 numbers
+    groups = w.reshape(8, 2, 32)
+    plain = type(symmetric)(symmetric.q, groups.abs().amax(-1) / 7, symmetric.zeros, 4, 32)
+    assert on_litert_grid(plain)[1] == SCALES_ROUNDED
+    on_bf16 = type(symmetric)(symmetric.q, torch.from_numpy(kernel_scales(plain.scales.numpy())),
                               symmetric.zeros, 4, 32)
     assert on_litert_grid(on_bf16)[1] == EXACT
     per_channel, how = on_litert_grid(rtn(w, 8, 64, symmetric=True))
