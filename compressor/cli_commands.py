@@ -186,7 +186,10 @@ def _sweep(argv: list[str]) -> int:
                   seed=args.seed, latency=not args.no_latency, executor=args.executor,
                   address=args.address)
     frame.to_csv(args.out / "sweep.csv", index=False)
-    plot_pareto(frame).savefig(args.out / "pareto.png", dpi=120)   # sweep() wrote sweep.html
+    plot_pareto(frame).savefig(args.out / "pareto.png", dpi=120)
+    from compressor.html.sweep_page import render_sweep
+
+    (args.out / "sweep.html").write_text(render_sweep(frame, args.out))
     columns = ["recipe", "format", "size_bytes", "metric_value", "drop", "passed", "cached", "error"]
     print(frame[columns].to_string(index=False))
     print(f"wrote {args.out / 'sweep.csv'}, {args.out / 'pareto.png'} and {args.out / 'sweep.html'}")

@@ -35,8 +35,7 @@ LOWER_IS_BETTER = {"perplexity", "perplexity_increase", "drop", "latency_ms_p50"
 def sweep(model: Any, recipes: Sequence[str | Path | Recipe], data: Any = "digits",
           out_dir: str | Path = "sweep", *, quiet: bool = True, executor: str = "serial",
           address: str | None = None, **options: Any):
-    """Run each recipe on `model`; one DataFrame row per (recipe, artifact). `out_dir` gets a
-    folder per recipe and sweep.html (the Pareto plot, the table, links to each report.html).
+    """Run each recipe on `model`; one DataFrame row per (recipe, artifact).
 
     `executor="ray"` runs the recipes as Ray tasks: on the cluster at `address`, or on a local
     Ray started for this sweep and shut down after it."""
@@ -64,9 +63,6 @@ def sweep(model: Any, recipes: Sequence[str | Path | Recipe], data: Any = "digit
         from compressor.devices import get_profile
 
         frame.attrs["budget_bytes"] = get_profile(options["target"]).budget_bytes
-    from compressor.html.sweep_page import render_sweep
-
-    (out / "sweep.html").write_text(render_sweep(frame, out))   # beside each recipe's report.html
     return frame
 
 
