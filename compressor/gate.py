@@ -50,21 +50,27 @@ class GateBound:
 
 def gate_bound(config: ValidateConfig, metric_name: str | None = None) -> GateBound:
     """The bound `config` sets; `metric_name`: a custom metric's name (default config.metric)."""
-    if config.metric == "fidelity" and config.min_fidelity is not None:
-        return GateBound("min_fidelity", config.min_fidelity, "fidelity")
-    if config.metric == "perplexity":
-        return GateBound("max_increase", allowed_increase(config), "perplexity")
-    return GateBound("max_drop", config.max_drop, metric_name or config.metric)
-
-
-def allowed_increase(config: ValidateConfig) -> float:
-    return DEFAULT_MAX_INCREASE if config.max_increase is None else config.max_increase
+    return bound_of(config.metric, max_drop=config.max_drop, min_fidelity=config.min_fidelity,
+                    max_increase=config.max_increase, name=metric_name)
 
 
 def bound_from_report(gate: dict, metric: str) -> GateBound:
     """The bound of a report.json `gate` section (report.md is rendered from report.json)."""
-    if gate.get("min_fidelity") is not None:
-        return GateBound("min_fidelity", gate["min_fidelity"], "fidelity")
-    if metric == "perplexity" and gate.get("max_increase") is not None:
-        return GateBound("max_increase", gate["max_increase"], "perplexity")
-    return GateBound("max_drop", gate["max_drop"], metric)
+    return bound_of(metric, max_drop=gate["max_drop"], min_fidelity=gate.get("min_fidelity"),
+                    max_increase=gate.get("max_increase"))
+
+
+def bound_of(metric: str, *, max_drop: float, min_fidelity: float | None = None,
+             max_increase: float | None = None, name: str | None = None) -> GateBound:
+    """The one rule: fidelity with a min_fidelity is bounded below, perplexity by its relative
+    increase, everything else by its drop (`name`: what the failure line calls the metric)."""
+    if metric == "fidelity" and min_fidelity is not None:
+        return GateBound("min_fidelity", min_fidelity, "fidelity")
+    if metric == "perplexity":
+        limit = DEFAULT_MAX_INCREASE if max_increase is None else max_increase
+        return GateBound("max_increase", limit, "perplexity")
+    return GateBound("max_drop", max_drop, name or metric)
+
+
+def allowed_increase(config: ValidateConfig) -> float:
+    return bound_of("perplexity", max_drop=0.0, max_increase=config.max_increase).limit

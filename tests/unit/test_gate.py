@@ -51,6 +51,8 @@ def test_perplexity_names_max_increase(max_increase, expected):
 @pytest.mark.parametrize("gate, metric, text", [
     ({"max_drop": 0.01, "min_fidelity": 0.995}, "fidelity", "fidelity >= 0.995"),
     ({"max_drop": 0.01, "min_fidelity": None}, "accuracy", "accuracy drop <= 0.01"),
+    # min_fidelity bounds only a fidelity metric, in report.json as in the recipe
+    ({"max_drop": 0.01, "min_fidelity": 0.99}, "accuracy", "accuracy drop <= 0.01"),
     ({"max_drop": 0.001, "min_fidelity": None}, "mse", "mse rise <= 0.001"),
     ({"max_drop": 0.01, "min_fidelity": None, "max_increase": 0.1}, "perplexity",
      "perplexity increase <= +10.0%"),
