@@ -129,10 +129,10 @@ class QuantizeConfig(TrainingConfig):
     calibration_windows: int | None = Field(
         None, ge=1, le=4096, description="language models: calibration windows of validate.window "
         "tokens each (default 32)")
-    symmetric: bool | None = Field(
-        None, description="weight_only int4: a symmetric grid (zero point 8, bfloat16-exact "
-        "scales) that ONNX and LiteRT both store exactly; default: symmetric when the export "
-        "includes tflite (LiteRT computes only symmetric int4), else asymmetric")
+    symmetric: bool = Field(
+        True, description="weight_only int4: a symmetric grid (zero point 8, bfloat16-exact "
+        "scales, no zero points stored) that ONNX and LiteRT both store exactly; false: a 4-bit "
+        "zero point per group (ONNX; LiteRT computes only symmetric int4 and rounds it again)")
 
     @field_validator("group_size")
     @classmethod

@@ -94,8 +94,8 @@ class Int8WeightOnly(Int8Scheme):
 @register_scheme
 @dataclass(frozen=True)
 class Int4WeightOnly(Scheme):
-    """int4 weights on an asymmetric grid per group of `group_size` input channels (a scale and
-    a 4-bit zero point each), float compute: what language models on 8 GB boards run, since
+    """int4 weights per group of `group_size` input channels, a scale each (and a 4-bit zero
+    point when not `symmetric`), float compute: what language models on 8 GB boards run, since
     decoding reads every weight once per token. `algorithm` picks the integers (gptq / rtn)."""
 
     name: ClassVar[str] = "weight_only"
@@ -106,7 +106,7 @@ class Int4WeightOnly(Scheme):
     group_size: int = 32
     algorithm: str = "gptq"
     calibration_windows: int | None = None
-    symmetric: bool | None = None   # None: symmetric when a format needs it (LiteRT)
+    symmetric: bool = True
 
 
 FLOAT32 = Float32()

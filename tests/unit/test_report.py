@@ -85,7 +85,9 @@ def test_footer_names_the_runtimes_and_the_latency_threads():
 
 
 def test_a_passed_run_without_target_and_a_fidelity_gate():
+    # a fidelity run's baseline is the metric fidelity (1.0: the model agrees with itself)
     lines = _lines(_report(passed=True, failures=[], target=None, budget_bytes=None,
+                           baseline={**REPORT["baseline"], "metric": "fidelity", "value": 1.0},
                            gate={"max_drop": 0.01, "min_fidelity": 0.999, "passed": True}))
     assert "- Result: **PASSED**" in lines
     assert "- Gate: fidelity >= 0.999; target device: none" in lines

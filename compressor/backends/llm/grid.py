@@ -5,7 +5,7 @@ The grid is asymmetric per group of `group_size` input channels: a float scale a
 zero point each, w ~ (q - zero) * scale, q in 0 .. 2**bits - 1 (onnxruntime's MatMulNBits and
 llama.cpp's Q4_1-style blocks store exactly this), or symmetric (zero point 2**(bits-1), scale
 absmax / (2**(bits-1) - 1) rounded to bfloat16): LiteRT's int4 grid, which MatMulNBits stores
-exactly too (handlers.weight_only_plan picks it when a TFLite file is exported).
+exactly too (the int4 recipe's default, handlers.weight_only_plan).
 
 GPTQ (Frantar et al., 2022) quantizes one input column at a time and spreads each column's
 rounding error over the columns not yet quantized, weighted by the inverse Hessian of the
@@ -21,21 +21,49 @@ from compressor.backends.llm.model import QuantizedLinear
 GPTQ_DAMP = 0.01       # fraction of the mean Hessian diagonal added before inverting
 GPTQ_BLOCK = 128       # columns updated together (lazy batch updates)
 RTN_ROWS = 1024        # output rows rounded at once
+CLIP_STEPS, CLIP_MIN = 11, 0.75   # candidate ranges per group: 100%, 97.5%, ... 75% of it
 
 
-def grid_params(w: torch.Tensor, bits: int, symmetric: bool = False
+def grid_params(w: torch.Tensor, bits: int, symmetric: bool = False,
+                importance: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(scale, zero) per row of `w` [N, g] (0 always representable): of the group's range
+    shrunk by 0 to 25% (CLIP_STEPS candidates), the one with the smallest rounding error,
+    weighted per column by `importance` [g] (GPTQ: the Hessian's diagonal, the inputs' mean
+    square). Clipping a group's outlier buys a finer step for the other 31 weights; on the
+    bench's trained Llama this took round to nearest from +1.61% to +0.33% perplexity and GPTQ
+    from +1.31% to +0.40% (symmetric int4, groups of 32)."""
+    maxq = 2 ** bits - 1
+    weight = torch.ones_like(w[:1]) if importance is None else importance[None, :]
+    best = _range_grid(w, bits, symmetric, 1.0)
+    best_error = _rounding_error(w, *best, maxq, weight)
+    for step in range(1, CLIP_STEPS):
+        scale, zero = _range_grid(w, bits, symmetric, 1.0 - (1.0 - CLIP_MIN) * step / (CLIP_STEPS - 1))
+        error = _rounding_error(w, scale, zero, maxq, weight)
+        better = error < best_error
+        best = (torch.where(better, scale, best[0]), torch.where(better, zero, best[1]))
+        best_error = torch.minimum(error, best_error)
+    return best
+
+
+def _range_grid(w: torch.Tensor, bits: int, symmetric: bool, shrink: float
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(scale, zero) per row of `w` [N, g] covering its range (0 always representable)."""
+    """The grid covering each row's range times `shrink`."""
     maxq = 2 ** bits - 1
     if symmetric:
-        absmax = w.abs().amax(dim=1).clamp(min=1e-8)
+        absmax = w.abs().amax(dim=1).clamp(min=1e-8) * shrink
         # bfloat16-exact: LiteRT's int4 kernels compute with bf16 scales (litert_grid.py), so
         # the integers are chosen for the scale the runtime uses; float32 stores it exactly
         scale = (absmax / (maxq // 2)).to(torch.bfloat16).to(w.dtype)
         return scale, torch.full_like(scale, (maxq + 1) // 2)
-    low, high = w.amin(dim=1).clamp(max=0), w.amax(dim=1).clamp(min=0)
+    low, high = w.amin(dim=1).clamp(max=0) * shrink, w.amax(dim=1).clamp(min=0) * shrink
     scale = ((high - low) / maxq).clamp(min=1e-8)
     return scale, torch.round(-low / scale).clamp(0, maxq)
+
+
+def _rounding_error(w: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, maxq: int,
+                    weight: torch.Tensor) -> torch.Tensor:
+    codes = _on_grid(w, scale[:, None], zero[:, None], maxq)
+    return (((codes - zero[:, None]) * scale[:, None] - w) ** 2 * weight).sum(dim=1)
 
 
 def _on_grid(w: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, maxq: int) -> torch.Tensor:
@@ -74,6 +102,7 @@ def gptq(weight: torch.Tensor, hessian: torch.Tensor, bits: int, group_size: int
     h[dead, dead] = 1.0
     w[:, dead] = 0.0
     h_inv = _inverse_cholesky(h)
+    importance = torch.diag(h)
     q = torch.zeros(n, k, dtype=torch.uint8)
     scales = torch.zeros(n, k // group_size)
     zeros = torch.zeros(n, k // group_size, dtype=torch.uint8)
@@ -86,7 +115,8 @@ def gptq(weight: torch.Tensor, hessian: torch.Tensor, bits: int, group_size: int
         for i in range(stop - start):
             column = start + i
             if column % group_size == 0:
-                scale, zero = grid_params(w_block[:, i:i + group_size], bits, symmetric)
+                scale, zero = grid_params(w_block[:, i:i + group_size], bits, symmetric,
+                                          importance[column:column + group_size])
                 scales[:, column // group_size] = scale
                 zeros[:, column // group_size] = zero.to(torch.uint8)
             codes = _on_grid(w_block[:, i], scale, zero, maxq)
