@@ -42,7 +42,7 @@ def llama_int4(tmp_path_factory, trained_lm_dir):
     return genai_build(tmp_path_factory, trained_lm_dir, "int4", context=CONTEXT)
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen2", "gemma2", "phi3", "mistral"])
+@pytest.mark.parametrize("family", ["llama", "llama3", "qwen2", "gemma2", "phi3", "mistral"])
 def test_int4_folder_computes_what_torch_computes_with_our_integers(tmp_path_factory,
                                                                     random_lm_dir, family):
     from compressor.runtimes.lm import open_lm_runtime

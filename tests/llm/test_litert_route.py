@@ -1,5 +1,6 @@
 """The TFLite route of a causal LM (backends/llm/litert.py) and its LiteRT runtime
-(runtimes/litert_lm.py): tiny random Llama (int4, tied embeddings), Phi-3 (float16, untied,
+(runtimes/litert_lm.py): tiny random Llama 3-style model (int4, tied embeddings, llama3 RoPE
+scaling, widths 96 / 160), Phi-3 (float16, untied,
 fused qkv / gate_up) and Gemma 2 (int8, softcapped tied head, prefill shorter than the
 windows) converted once each by litert-torch's export_hf route; logits and greedy generation
 with the KV cache against torch computing with the same (dequantized) integers, and the
@@ -88,7 +89,7 @@ def _torch_reference(loaded, prompt, new_tokens=16):
 def llama_int4(random_lm_dir, tmp_path_factory):
     from compressor.schemes import Int4WeightOnly
 
-    loaded = _loaded(random_lm_dir("llama"), _symmetric(4, 32))
+    loaded = _loaded(random_lm_dir("llama3"), _symmetric(4, 32))
     path, ctx = _export(loaded, Int4WeightOnly(), tmp_path_factory.mktemp("litert-int4"))
     return loaded, path, ctx
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from compressor.llm.text_data import SEPARATOR, TextData, bos_token_id
 
-FAMILIES = ("llama", "qwen2", "gemma2", "phi3", "mistral")
+FAMILIES = ("llama", "llama3", "qwen2", "gemma2", "phi3", "mistral")
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<pad>")   # ids 0, 1, 2, 3 in every trained tokenizer
 UNK_ID, BOS_ID, EOS_ID, PAD_ID = range(4)
 CHAT_TEMPLATE = ("{{ bos_token }}{% for message in messages %}<|{{ message['role'] }}|>\n"
@@ -27,8 +27,16 @@ CHAT_TEMPLATE = ("{{ bos_token }}{% for message in messages %}<|{{ message['role
 TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
             intermediate_size=128, max_position_embeddings=512, head_dim=16,
             bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID)
-TIED = {"llama": True, "qwen2": True, "gemma2": True, "phi3": False, "mistral": False}
+TIED = {"llama": True, "llama3": True, "qwen2": True, "gemma2": True, "phi3": False, "mistral": False}
 FAMILY_EXTRAS = {
+    # what Llama 3.x checkpoints carry and toy configs lack: RoPE scaled by rope_type llama3
+    # (frequencies below the original context stretched 8x), widths that are not powers of two
+    # (hidden 96, MLP 160), 6 query heads sharing 2 KV heads
+    "llama3": dict(hidden_size=96, num_attention_heads=6, num_key_value_heads=2, head_dim=16,
+                   intermediate_size=160,
+                   rope_parameters={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 64,
+                                    "rope_theta": 500000.0}),
     "gemma2": dict(query_pre_attn_scalar=16),            # 1/sqrt(head_dim) scaling, as Gemma 2
     "phi3": dict(original_max_position_embeddings=512),  # fused qkv / gate_up projections
 }
@@ -68,12 +76,13 @@ def train_tokenizer(texts: str | list[str], vocab_size: int = 512, prepend_bos: 
 
 def tiny_config(family: str, vocab_size: int, **overrides: Any) -> Any:
     """A transformers config of `family` at toy size: hidden 64, 2 layers, 4 heads, 2 KV heads
-    (grouped-query attention), head_dim 16, MLP 128, 512 positions; embeddings tied for llama,
-    qwen2, gemma2, untied for phi3, mistral (transformers' defaults for the rest)."""
+    (grouped-query attention), head_dim 16, MLP 128, 512 positions (llama3: Llama 3's RoPE
+    scaling and widths, FAMILY_EXTRAS); embeddings tied for llama, llama3, qwen2, gemma2, untied
+    for phi3, mistral (transformers' defaults for the rest)."""
     import transformers
 
-    classes = {"llama": "LlamaConfig", "qwen2": "Qwen2Config", "gemma2": "Gemma2Config",
-               "phi3": "Phi3Config", "mistral": "MistralConfig"}
+    classes = {"llama": "LlamaConfig", "llama3": "LlamaConfig", "qwen2": "Qwen2Config",
+               "gemma2": "Gemma2Config", "phi3": "Phi3Config", "mistral": "MistralConfig"}
     if family not in classes:
         raise ValueError(f"family {family!r} is not one of {FAMILIES}")
     settings = {**TINY, "vocab_size": vocab_size, "tie_word_embeddings": TIED[family],
