@@ -60,6 +60,10 @@ class TreeRssSampler(threading.Thread):
     def stop(self) -> None:
         self._stop_event.set()
 
+    @property
+    def stopped(self) -> bool:
+        return self._stop_event.is_set() or not self.is_alive()
+
 
 _SAMPLER: TreeRssSampler | None = None
 _LOCK = threading.Lock()
@@ -71,7 +75,7 @@ def start_sampling() -> None:
     if not sys.platform.startswith("linux"):
         return
     with _LOCK:
-        if _SAMPLER is None or _SAMPLER.pid != os.getpid() or not _SAMPLER.is_alive():
+        if _SAMPLER is None or _SAMPLER.pid != os.getpid() or _SAMPLER.stopped:
             _SAMPLER = TreeRssSampler()
             _SAMPLER.start()
 

@@ -124,3 +124,16 @@ def test_the_peak_adds_a_child_to_the_parent():
         assert memory.peak_rss_bytes() >= parent + 280 * 2 ** 20
     finally:
         memory.stop_sampling()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="samples /proc")
+def test_each_run_samples_anew_right_after_the_last_one_stopped():
+    from compressor import memory
+
+    memory.start_sampling()
+    memory.stop_sampling()
+    memory.start_sampling()   # at once: the stopped thread may not have ended yet
+    try:
+        assert not memory._SAMPLER.stopped
+    finally:
+        memory.stop_sampling()
