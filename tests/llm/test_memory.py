@@ -57,7 +57,7 @@ def test_quantized_linears_hold_packed_bytes(bits, width):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
-@pytest.mark.parametrize("algorithm", ["rtn", "gptq"])
+@pytest.mark.parametrize("algorithm", ["rtn", pytest.param("gptq", marks=pytest.mark.slow)])
 def test_a_model_loaded_here_no_longer_holds_its_quantized_float_weights(wide_lm_dir, algorithm):
     from compressor.backends.llm.load import load_lm
     from compressor.backends.llm.quantize import WeightOnlyPlan, quantize_lm
