@@ -20,6 +20,7 @@ from compressor.context import ModelState
 from compressor.errors import (AccuracyGateError, BackendUnavailableError, DeviceBudgetError,
                                FormatsIncompleteError, first_line)
 from compressor.export.int8 import export_checked
+from compressor.memory import stop_sampling
 from compressor.recipe import Recipe
 from compressor.registry import get_pass
 from compressor.report import build_report, write_report
@@ -78,6 +79,7 @@ def finish(session: Session, state: ModelState) -> Result:
             published = publish(staging, session.out_dir)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+            stop_sampling()   # the report has the run's peak RSS
     return Result(passed=report["passed"], exit_code=report["exit_code"], out_dir=session.out_dir,
                   artifacts={fmt: published / path.name for fmt, path in artifacts.items()},
                   report=report)
@@ -89,8 +91,11 @@ def compress(model: Any, recipe: str | Path | Recipe, data: Any = "digits", **op
     check_output_path(out, options.get("force", False))   # before the lock file goes beside it
     with output_lock(out):
         session = open_session(model, recipe, data, **options)
-        with removed_after(session.ctx.workdir):
-            return finish(session, run_steps(session))
+        try:
+            with removed_after(session.ctx.workdir):
+                return finish(session, run_steps(session))
+        finally:
+            stop_sampling()
 
 
 FORMAT_ERROR_CHARS = 300   # a failed format's error in report.json and on the console

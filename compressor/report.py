@@ -78,7 +78,7 @@ def build_report(session: Session, rows: list[dict[str, Any]], verdict: dict[str
 
 def _add_language_model_keys(report: dict[str, Any], session: Session, validation: Any) -> None:
     """baseline.perplexity, the gate's allowed increase, the context the KV caches are sized
-    to, and the peak RSS this run needed (the conversion, children included)."""
+    to, and the peak RSS this run needed (this process and its children summed, sampled)."""
     from compressor.gate import allowed_increase
 
     report["baseline"]["perplexity"] = session.ctx.baseline_value
@@ -89,11 +89,10 @@ def _add_language_model_keys(report: dict[str, Any], session: Session, validatio
 
 
 def peak_rss_bytes() -> int:
-    """The largest resident set of this process or any child it waited for (Linux: KiB)."""
-    import resource
+    """The peak of this process's and its children's summed RSS (compressor/memory.py)."""
+    from compressor.memory import peak_rss_bytes as tree_peak
 
-    return 1024 * max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                      resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    return tree_peak()
 
 
 def write_report(report: dict[str, Any], folder: Path) -> None:

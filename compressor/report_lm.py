@@ -43,7 +43,8 @@ def lm_title(report: dict[str, Any]) -> str:
 def markdown_lines(report: dict[str, Any]) -> list[str]:
     threads = next((a.get("threads") for a in report["artifacts"] if a.get("threads")), None)
     lines = [f"- {lm_title(report)}",
-             f"- Peak RSS of this compress run: {_size(report.get('compress_peak_rss_bytes'))}; "
+             f"- Peak RSS of this compress run (its child processes added): "
+             f"{_size(report.get('compress_peak_rss_bytes'))}; "
              f"speed at {threads} thread(s)", "",
              "| " + " | ".join(COLUMNS) + " |", "|---" + "|---:" * (len(COLUMNS) - 1) + "|"]
     lines += ["| " + " | ".join(lm_row(art, report)) + " |" for art in report["artifacts"]]

@@ -18,6 +18,7 @@ from compressor.context import Context, Data
 from compressor.data import check_matches_model, load_data
 from compressor.errors import DataError, ModelLoadError, RecipeError
 from compressor.export import FORMATS
+from compressor.memory import start_sampling
 from compressor.progress import Progress
 from compressor.recipe import Recipe, load_recipe
 from compressor.run_record import RunRecord
@@ -69,6 +70,7 @@ def open_session(model: Any, recipe: str | Path | Recipe, data: Any = "digits", 
                  threads: int | None = None, metric: Any = None, context: int | None = None,
                  force_plan: bool = False) -> Session:
     started = time.perf_counter()
+    start_sampling()   # report.json compress_peak_rss_bytes: this process tree's peak
     recipe = load_recipe(recipe)
     out = Path("." if out_dir is None else out_dir)   # None: named later (cz.prepare)
     if out_dir is not None:

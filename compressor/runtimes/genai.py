@@ -94,8 +94,12 @@ class GenaiLm:
 
     # --- teacher-forced ------------------------------------------------------------------
     def _open_session(self):
+        """The InferenceSession; the generation model is closed first (each holds its own copy
+        of the weights: one at a time)."""
         if self._session is None:
             import onnxruntime as ort
+
+            self._close("_model")
 
             options = ort.SessionOptions()
             options.intra_op_num_threads = self.threads
@@ -153,6 +157,7 @@ class GenaiLm:
         """The onnxruntime_genai Model, with this runtime's thread count overlaid."""
         if self._model is None:
             og = _og()
+            self._close("_session")
             config = og.Config(str(self.folder))
             config.overlay(json.dumps({"model": {"decoder": {"session_options": {
                 "intra_op_num_threads": self.threads, "inter_op_num_threads": 1}}}}))
@@ -188,6 +193,13 @@ class GenaiLm:
             if token in stop_ids:
                 break
         return out
+
+    def _close(self, attribute: str) -> None:
+        if getattr(self, attribute) is not None:
+            from compressor.memory import trim_heap
+
+            setattr(self, attribute, None)
+            trim_heap()
 
     def speed(self, prefill_tokens: int = 512, decode_tokens: int = 64) -> dict:
         """prefill_ms, decode_tokens_per_s, peak_rss_bytes, threads (+ the token counts used):

@@ -19,6 +19,7 @@ from typing import Any
 from compressor.backends.llm.genai_builder import run_builder
 from compressor.backends.llm.gptq_format import save_tokenizer_and_generation, write_gptq_folder
 from compressor.errors import BackendUnavailableError
+from compressor.memory import trim_heap
 
 FOLDER = "model-onnx"
 # The builder's precision per scheme: our integers go in at -p int4 whatever their bits (at
@@ -50,6 +51,7 @@ def write_genai_folder(state: Any, scheme: Any, path: Path, ctx: Any) -> Path:
                 architecture=type(loaded.model).__name__)
     context = run_context(ctx, loaded.config)
     finish_graph(out / "model.onnx", loaded, context)
+    trim_heap()   # the graph edits' freed buffers, before the artifact is evaluated
     if dtype == "float16":
         from compressor.backends.llm.genai_fp16 import halve_float_weights
 

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from compressor.errors import BackendUnavailableError, first_line
+from compressor.memory import trim_heap
 
 EXTRA_OPTIONS = ("accuracy_level=4",)   # int8 activations in MatMulNBits: the fast CPU kernel
 LAST_RUN: dict[str, float] = {}         # seconds and peak RSS of the last run (tests, bench)
@@ -53,6 +54,7 @@ def run_builder(source: Path, out: Path, precision: str, cache: Path, log: Path,
             f"{first_line(exc, 160)} (log: {log})") from None
     LAST_RUN.update(seconds=time.perf_counter() - start,
                     peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    trim_heap()   # the builder's freed model (about the checkpoint's size) back to the system
 
 
 def _import_builder():

@@ -112,13 +112,13 @@ def _gather_from_ours(model, gather, weight) -> None:
 
 def pack_rows(weight) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(data uint8 [N, K*bits/8], scales float32 [N, K/g], zero points uint8 [N, ceil(K/g*bits/8)]):
-    4-bit values two per byte, the lower index in the low nibble."""
-    q = weight.q.numpy().astype(np.uint8)
+    4-bit values two per byte, the lower index in the low nibble (QuantizedLinear.packed is
+    already that layout)."""
     zeros = weight.zeros.numpy().astype(np.uint8)
     if weight.bits == 4:
-        q = _nibbles(q)
         zeros = _nibbles(zeros)
-    return (np.ascontiguousarray(q), np.ascontiguousarray(weight.scales.numpy().astype(np.float32)),
+    return (np.ascontiguousarray(weight.packed.numpy()),
+            np.ascontiguousarray(weight.scales.numpy().astype(np.float32)),
             np.ascontiguousarray(zeros))
 
 
@@ -172,20 +172,24 @@ def stream_rewrite(model, model_path: Path, change: Callable[[Any], None]) -> No
     fresh = folder / (DATA_FILE + ".new")
     with open(fresh, "wb") as sink:
         for tensor in model.graph.initializer:
-            if uses_external_data(tensor):
-                load_external_data_for_tensor(tensor, str(folder))   # from the old data file
-                tensor.data_location = onnx.TensorProto.DEFAULT
-                del tensor.external_data[:]
-            change(tensor)
-            if not tensor.HasField("raw_data"):
-                tensor.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(tensor),
-                                                             tensor.name))
-            if len(tensor.raw_data) < EXTERNAL_BYTES:
-                continue
-            offset = sink.tell()
-            sink.write(tensor.raw_data)
-            set_external_data(tensor, DATA_FILE, offset, len(tensor.raw_data))
-            tensor.ClearField("raw_data")
+            # each tensor's bytes in a message of its own, freed after it: bytes cleared in
+            # a field of the model's message stay in its memory until the whole model goes
+            work = onnx.TensorProto()
+            work.CopyFrom(tensor)
+            if uses_external_data(work):
+                load_external_data_for_tensor(work, str(folder))   # from the old data file
+                work.data_location = onnx.TensorProto.DEFAULT
+                del work.external_data[:]
+            change(work)
+            if not work.HasField("raw_data"):
+                work.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(work),
+                                                           work.name))
+            if len(work.raw_data) >= EXTERNAL_BYTES:
+                offset = sink.tell()
+                sink.write(work.raw_data)
+                set_external_data(work, DATA_FILE, offset, len(work.raw_data))
+                work.ClearField("raw_data")
+            tensor.CopyFrom(work)
     os.replace(fresh, folder / DATA_FILE)
     onnx.save(model, str(model_path))
 

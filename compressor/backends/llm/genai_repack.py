@@ -21,6 +21,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from compressor.memory import release_file_pages
+
 COLUMN_CHUNK = 2048   # output columns per step: bounds the temporaries to K x 2048 values
 
 
@@ -66,6 +68,10 @@ def _repack(self, module, clear_g_idx: bool) -> None:
         return
     b, zero_points, scales = ort_tensors(module.qweight.numpy(), module.qzeros.numpy(),
                                          module.scales.float().numpy(), module.bits, module.group_size)
+    for used in (module.qweight, module.qzeros, module.scales):
+        # safetensors maps the checkpoint: its pages would stay resident beside the re-packed
+        # copies until the builder ends (the mapping lives while any tensor of the file does)
+        release_file_pages(used.data_ptr(), used.numel() * used.element_size())
     module.qweight = torch.from_numpy(b)
     module.qzeros = torch.from_numpy(zero_points)
     module.scales = torch.from_numpy(scales)
@@ -73,26 +79,52 @@ def _repack(self, module, clear_g_idx: bool) -> None:
         module.g_idx = None
 
 
+def _nothing_to_quantize(model) -> bool:
+    """Whether the builder's graph has no float weight its MatMulNBits quantizer would take
+    (a constant weight input of an op type it quantizes): every MatMul of a GPTQ checkpoint
+    is MatMulNBits already."""
+    kinds = set(model.quant_attrs["op_types_to_quantize"])
+    for node in model.model.graph:
+        if node.op_type in kinds:
+            position = 0 if node.op_type == "Gather" else 1
+            weight = node.inputs[position] if len(node.inputs) > position else None
+            if weight is not None and weight.const_value is not None:
+                return False
+    return True
+
+
+def _patched(cls, name: str, replacement) -> tuple:
+    original = cls.__dict__.get(name)
+    setattr(cls, name, replacement)
+    return cls, name, original
+
+
 @contextlib.contextmanager
 def fast_gptq_repack() -> Iterator[None]:
-    """GPTQModel's re-pack replaced by `_repack` inside the block (restored after). Only for
-    checkpoints written by gptq_format.py: no act-order, group size dividing K, 4 or 8 bits.
-    onnxruntime_genai.models puts its folder on sys.path and the builder imports the loaders
-    as the top-level `loaders` package, so that is the class patched."""
+    """GPTQModel's re-pack replaced by `_repack` inside the block (restored after), and the
+    builder's final quantizer pass skipped when it would find nothing to quantize (its input
+    and output are a protobuf copy of the whole model beside the model: +1x the artifact in
+    memory for no change). Only for checkpoints written by gptq_format.py: no act-order,
+    group size dividing K, 4 or 8 bits. onnxruntime_genai.models puts its folder on sys.path
+    and the builder imports the loaders / builders as top-level packages, so those classes
+    are the ones patched."""
     import importlib
 
     import onnxruntime_genai.models  # noqa: F401  (adds the loaders' folder to sys.path)
 
-    classes = {importlib.import_module(name).GPTQModel
-               for name in ("loaders.gptq", "onnxruntime_genai.models.loaders.gptq")}
-    originals = {cls: cls.__dict__.get("repack_quantized_tensor") for cls in classes}
-    for cls in classes:
-        cls.repack_quantized_tensor = _repack
+    patches = []
+    for package in ("", "onnxruntime_genai.models."):
+        gptq = importlib.import_module(f"{package}loaders.gptq").GPTQModel
+        model = importlib.import_module(f"{package}builders.base").Model
+        to_nbits = model.to_nbits
+        patches += [_patched(gptq, "repack_quantized_tensor", _repack),
+                    _patched(model, "to_nbits", lambda self, to_nbits=to_nbits:
+                             self.model if _nothing_to_quantize(self) else to_nbits(self))]
     try:
         yield
     finally:
-        for cls, original in originals.items():
+        for cls, name, original in reversed(patches):
             if original is None:
-                del cls.repack_quantized_tensor
+                delattr(cls, name)
             else:
-                cls.repack_quantized_tensor = original
+                setattr(cls, name, original)

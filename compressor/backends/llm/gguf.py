@@ -25,8 +25,10 @@ F32) is only dequantized and quantized by the recipe as usual. Each kept grid is
 against the weight transformers loaded (bit for bit, in the model's dtype, on sampled rows),
 so a name or row-order mistake drops the grid (noted) instead of corrupting the model.
 
-Memory (a 91M-parameter Llama, Q4_0 file): the fp16 model plus the grids (1 byte per weight
-unpacked, + scales) add 1.95x the bf16 checkpoint size to the process's RSS.
+Memory (a 91M-parameter Llama, Q4_0 file): the fp16 model plus the grids added 1.95x the bf16
+checkpoint size to the process's RSS when grids held 1 byte per weight; they are packed now
+(0.5 byte per weight + scales). The dequantized model is not memory-mapped, so its float
+weights stay resident after quantization (a folder's are handed back, quantize.py).
 """
 from __future__ import annotations
 

@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 
 from compressor.backends.llm.model import LoadedLm, QuantizedLinear
+from compressor.backends.llm.streamed_safetensors import Lazy
 from compressor.errors import BackendUnavailableError
 
 BITS = (4, 8)
-COLUMN_CHUNK = 4096   # output columns packed at a time: bounds the uint32 temporaries
 
 
 def pack_along_rows(values: np.ndarray, bits: int) -> np.ndarray:
@@ -40,6 +40,13 @@ def pack_along_rows(values: np.ndarray, bits: int) -> np.ndarray:
 
 def gptq_tensors(name: str, weight: QuantizedLinear) -> dict[str, np.ndarray]:
     """The four GPTQ tensors of one quantized linear, named after its weight `name`."""
+    return {item.name: item.make().numpy() for item in lazy_gptq_tensors(name, weight)}
+
+
+def lazy_gptq_tensors(name: str, weight: QuantizedLinear) -> list[Lazy]:
+    """gptq_tensors, each made only when written (streamed_safetensors.py)."""
+    import torch
+
     n, k = weight.shape
     bits, group = weight.bits, weight.group_size
     pack = 32 // bits
@@ -50,17 +57,26 @@ def gptq_tensors(name: str, weight: QuantizedLinear) -> dict[str, np.ndarray]:
             f"{name}: shape [{n}, {k}] does not pack as GPTQ (needs in features a multiple of "
             f"group_size {group} and of {pack}, out features a multiple of {pack}); "
             "choose a group_size that divides the layer widths or export tflite")
-    q = weight.q.numpy()
-    qweight = np.empty((k // pack, n), dtype=np.int32)
-    for lo in range(0, n, COLUMN_CHUNK):   # [K, chunk] views of q transposed
-        qweight[:, lo:lo + COLUMN_CHUNK] = pack_along_rows(q[lo:lo + COLUMN_CHUNK].T, bits)
-    zeros = (weight.zeros.numpy().astype(np.int32) - 1) & ((1 << bits) - 1)   # v1 checkpoints
-    qzeros = pack_along_rows(np.ascontiguousarray(zeros), bits).T   # [K/g, N/pack]
+
+    def qweight() -> np.ndarray:
+        # QuantizedLinear.packed [N, K*bits/8] read as little-endian int32 words is
+        # [N, K/pack] with value j of each word at bit bits*j: qweight is its transpose
+        return np.ascontiguousarray(weight.packed.numpy().view("<i4").T)
+
+    def qzeros() -> np.ndarray:
+        zeros = (weight.zeros.numpy().astype(np.int32) - 1) & ((1 << bits) - 1)   # v1 format
+        return np.ascontiguousarray(pack_along_rows(np.ascontiguousarray(zeros), bits).T)
+
+    def scales() -> np.ndarray:
+        return np.ascontiguousarray(weight.scales.numpy().astype(np.float32).T)
+
     base = name[: -len(".weight")]
-    return {f"{base}.qweight": qweight,
-            f"{base}.qzeros": np.ascontiguousarray(qzeros),
-            f"{base}.scales": np.ascontiguousarray(weight.scales.numpy().astype(np.float32).T),
-            f"{base}.g_idx": (np.arange(k, dtype=np.int32) // group)}
+    parts = ((f"{base}.qweight", torch.int32, (k // pack, n), qweight),
+             (f"{base}.qzeros", torch.int32, (k // group, n // pack), qzeros),
+             (f"{base}.scales", torch.float32, (k // group, n), scales),
+             (f"{base}.g_idx", torch.int32, (k,), lambda: np.arange(k, dtype=np.int32) // group))
+    return [Lazy(key, dtype, shape, lambda make=make: torch.from_numpy(make()))
+            for key, dtype, shape, make in parts]
 
 
 def quantization_config(loaded: LoadedLm) -> dict:
@@ -76,8 +92,7 @@ def quantization_config(loaded: LoadedLm) -> dict:
 
 def write_gptq_folder(loaded: LoadedLm, folder: Path) -> Path:
     """config.json (+ quantization_config), model.safetensors, tokenizer and generation config."""
-    import torch
-    from safetensors.torch import save_file
+    from compressor.backends.llm.streamed_safetensors import lazy, save_streamed
 
     if not loaded.quantized:
         raise BackendUnavailableError("no quantized linears to write as GPTQ (run a quantize step)")
@@ -90,13 +105,12 @@ def write_gptq_folder(loaded: LoadedLm, folder: Path) -> Path:
     if missing:
         raise BackendUnavailableError(f"quantized weight {missing[0]!r} is not a parameter of the model")
     linears = linear_weights(loaded)
-    tensors: dict[str, torch.Tensor] = {}
-    for name, value in state.items():
-        if name not in linears and not _is_tied_copy(model, name):
-            tensors[name] = value.detach().contiguous()   # the checkpoint's dtype, no copy
+    # streamed: one GPTQ tensor at a time, not a second copy of the model's integers
+    tensors = [lazy(name, value) for name, value in state.items()   # the checkpoint's dtype
+               if name not in linears and not _is_tied_copy(model, name)]
     for name, weight in linears.items():
-        tensors.update({k: torch.from_numpy(v) for k, v in gptq_tensors(name, weight).items()})
-    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        tensors += lazy_gptq_tensors(name, weight)
+    save_streamed(tensors, folder / "model.safetensors", metadata={"format": "pt"})
 
     config = model.config.to_dict()
     config["architectures"] = [type(model).__name__]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from compressor.backends.llm.model import QuantizedLinear
+from compressor.backends.llm.model import QuantizedLinear, pack_codes
 
 GPTQ_DAMP = 0.01       # fraction of the mean Hessian diagonal added before inverting
 GPTQ_BLOCK = 128       # columns updated together (lazy batch updates)
@@ -73,9 +73,10 @@ def _on_grid(w: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, maxq: int
 def rtn(weight: torch.Tensor, bits: int, group_size: int, symmetric: bool = False
         ) -> QuantizedLinear:
     """Round to nearest on each group's own min-max grid, RTN_ROWS rows at a time: the float32
-    temporaries stay a few MB, not several copies of a 32000 x 2048 lm_head (~1 GB)."""
+    temporaries stay a few MB, not several copies of a 32000 x 2048 lm_head (~1 GB), and the
+    codes are packed as they come (never one byte per weight for the whole matrix)."""
     n, k = weight.shape
-    q = torch.empty(n, k, dtype=torch.uint8)
+    packed = torch.empty(n, k * bits // 8, dtype=torch.uint8)
     scales = torch.empty(n, k // group_size, dtype=torch.float32)
     zeros = torch.empty(n, k // group_size, dtype=torch.uint8)
     for start in range(0, n, RTN_ROWS):
@@ -83,10 +84,10 @@ def rtn(weight: torch.Tensor, bits: int, group_size: int, symmetric: bool = Fals
         groups = weight[rows].detach().to(torch.float32).reshape(-1, group_size)
         scale, zero = grid_params(groups, bits, symmetric)
         codes = _on_grid(groups, scale[:, None], zero[:, None], 2 ** bits - 1)
-        q[rows] = codes.reshape(-1, k).to(torch.uint8)
+        packed[rows] = pack_codes(codes.reshape(-1, k).to(torch.uint8), bits)
         scales[rows] = scale.reshape(-1, k // group_size)
         zeros[rows] = zero.reshape(-1, k // group_size).to(torch.uint8)
-    return QuantizedLinear(q=q, scales=scales, zeros=zeros, bits=bits, group_size=group_size)
+    return QuantizedLinear.from_packed(packed, scales, zeros, bits, group_size)
 
 
 def gptq(weight: torch.Tensor, hessian: torch.Tensor, bits: int, group_size: int,

@@ -103,33 +103,36 @@ def _check_quantized(loaded: Any, bits: int) -> None:
 
 def write_float_folder(loaded: Any, folder: Path) -> dict[bytes, str]:
     """config.json + model.safetensors (float32) of the weights the artifact computes with;
-    returns digest of each quantized weight's float32 bytes -> its name in `quantized`."""
+    returns digest of each quantized weight's float32 bytes -> its name in `quantized`.
+    Written one tensor at a time: never a float32 copy of the whole model in memory."""
     import torch
-    from safetensors.torch import save_file
 
     from compressor.backends.llm.litert_weights import digest
+    from compressor.backends.llm.streamed_safetensors import Lazy, save_streamed
 
     model = loaded.model
     params = dict(model.named_parameters(remove_duplicate=False))
     quantized_of = {id(params[name]): name for name in loaded.quantized if name in params}
     tied = bool(getattr(model.config, "tie_word_embeddings", False))
-    tensors, digests, dequantized, storages = {}, {}, {}, set()
+    digests: dict[bytes, str] = {}
+
+    def float32(value: Any, source: str | None):
+        def make():
+            if source is None:
+                return value.detach().to(torch.float32)
+            weight = loaded.quantized[source].dequantize().to(torch.float32)
+            digests[digest(weight.numpy())] = source
+            return weight
+        return make
+
+    tensors = []
     for name, value in model.state_dict().items():
         if tied and name == "lm_head.weight":
             continue                   # the embedding table; transformers ties it on load
         source = quantized_of.get(id(params[name])) if name in params else None
-        if source is not None:
-            if source not in dequantized:
-                dequantized[source] = loaded.quantized[source].dequantize().to(torch.float32)
-            value = dequantized[source]
-            digests[digest(value.numpy())] = source
-        value = value.detach().to(torch.float32).contiguous()
-        if value.untyped_storage().data_ptr() in storages:
-            value = value.clone()      # safetensors stores no shared tensors
-        storages.add(value.untyped_storage().data_ptr())
-        tensors[name] = value
+        tensors.append(Lazy(name, torch.float32, tuple(value.shape), float32(value, source)))
     folder.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    save_streamed(tensors, folder / "model.safetensors", metadata={"format": "pt"})
     model.config.save_pretrained(str(folder))
     return digests
 

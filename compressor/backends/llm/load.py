@@ -98,7 +98,7 @@ def _load_folder(path: Path) -> LoadedLm:
     except (ValueError, KeyError, OSError, RuntimeError) as exc:
         raise ModelLoadError(f"cannot load the model in {path}: {first_line(exc)}") from None
     model.eval()
-    return LoadedLm(model=model, tokenizer=tokenizer, source=path)
+    return LoadedLm(model=model, tokenizer=tokenizer, source=path, owned=True)
 
 
 def _folder_of(model: Any) -> Path | None:

@@ -15,32 +15,78 @@ from pathlib import Path
 from typing import Any
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False, eq=False)
 class QuantizedLinear:
     """One linear weight [N out, K in] on an asymmetric grid, per group of `group_size` inputs:
     w[n, k] = (q[n, k] - zeros[n, k // g]) * scales[n, k // g].
 
-    q: uint8 tensor [N, K] with values 0 .. 2**bits - 1 (unpacked); scales: float32 [N, K/g];
-    zeros: uint8 [N, K/g] with values 0 .. 2**bits - 1 (torch tensors, CPU)."""
+    Held packed, as every artifact stores it (0.5 byte per int4 weight, not 1):
+    packed: uint8 tensor [N, K * bits / 8], 8-bit values one per byte, 4-bit values two per
+    byte with input 2i in the low nibble and 2i + 1 in the high one (MatMulNBits' and
+    GatherBlockQuantized's layout; read as little-endian int32 words it is GPTQ's qweight,
+    transposed); scales: float32 [N, K/g]; zeros: uint8 [N, K/g] with values
+    0 .. 2**bits - 1, unpacked (torch tensors, CPU). Built from unpacked codes
+    (`QuantizedLinear(q, scales, zeros, bits, group_size)`) or from packed bytes
+    (`from_packed`); `q` unpacks them again."""
 
-    q: Any
+    packed: Any
     scales: Any
     zeros: Any
     bits: int
     group_size: int
 
+    def __init__(self, q: Any, scales: Any, zeros: Any, bits: int, group_size: int):
+        """`q`: uint8 [N, K] codes 0 .. 2**bits - 1, one per weight."""
+        self._set(pack_codes(q, bits), scales, zeros, bits, group_size)
+
+    @classmethod
+    def from_packed(cls, packed: Any, scales: Any, zeros: Any, bits: int, group_size: int
+                    ) -> QuantizedLinear:
+        weight = cls.__new__(cls)
+        weight._set(packed, scales, zeros, bits, group_size)
+        return weight
+
+    def _set(self, packed: Any, scales: Any, zeros: Any, bits: int, group_size: int) -> None:
+        for name, value in (("packed", packed), ("scales", scales), ("zeros", zeros),
+                            ("bits", bits), ("group_size", group_size)):
+            object.__setattr__(self, name, value)
+
     @property
     def shape(self) -> tuple[int, int]:
-        return tuple(self.q.shape)
+        n, width = self.packed.shape
+        return n, width * 8 // self.bits
+
+    @property
+    def q(self) -> Any:
+        """The codes unpacked: uint8 [N, K] (for reading: at 8 bits it is `packed` itself)."""
+        return unpack_codes(self.packed, self.bits)
 
     def dequantize(self) -> Any:
         """The float32 weight the artifact computes with."""
         import torch
 
-        n, k = self.q.shape
+        n, k = self.shape
         groups = self.q.reshape(n, k // self.group_size, self.group_size).to(torch.float32)
         centred = groups - self.zeros.to(torch.float32)[..., None]
         return (centred * self.scales.to(torch.float32)[..., None]).reshape(n, k)
+
+
+def pack_codes(q: Any, bits: int) -> Any:
+    """uint8 codes [N, K] -> the packed bytes [N, K * bits / 8] (QuantizedLinear.packed)."""
+    if bits == 8:
+        return q.contiguous()
+    if bits != 4 or q.shape[1] % 2:
+        raise ValueError(f"{bits}-bit codes [{q.shape[0]}, {q.shape[1]}] do not pack as "
+                         "4 or 8 bits per weight (4 bits needs an even input width)")
+    return (q[:, 0::2] & 0xF) | ((q[:, 1::2] & 0xF) << 4)
+
+
+def unpack_codes(packed: Any, bits: int) -> Any:
+    if bits == 8:
+        return packed
+    import torch
+
+    return torch.stack((packed & 0xF, packed >> 4), dim=-1).reshape(packed.shape[0], -1)
 
 
 @dataclass(frozen=True)
@@ -53,7 +99,10 @@ class LoadedLm:
     linear weight (e.g. "model.layers.0.self_attn.q_proj.weight") -> its integers; empty until
     a quantize pass ran. `file_grids`: the integers the source file itself stores (a Q4_0
     .gguf's blocks), which a quantize pass on the same grid keeps instead of rounding again;
-    float recipes and the float reference ignore them (the model holds their exact values)."""
+    float recipes and the float reference ignore them (the model holds their exact values).
+    `owned`: the model was loaded here from a file and nothing outside the run holds it, so
+    the pages of a linear's float weight may be handed back to the file once it is quantized
+    (quantize.py; a caller's in-memory model is never touched)."""
 
     model: Any
     tokenizer: Any
@@ -61,6 +110,7 @@ class LoadedLm:
     quantized: dict[str, QuantizedLinear] = field(default_factory=dict)
     file_grids: dict[str, QuantizedLinear] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    owned: bool = False
 
     @property
     def config(self) -> Any:

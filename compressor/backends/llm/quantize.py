@@ -10,7 +10,9 @@ layers are calibrated in order: the calibration windows' hidden states enter lay
 layer's linears are quantized from the inputs they saw, and the layer's outputs with its
 quantized weights feed the next layer. The model's own tensors are swapped for the quantized
 ones only while its layer runs and are restored after: the caller's model is unchanged, and
-there is never a second copy of the whole model (peak memory: the model + one layer).
+there is never a second copy of the whole model (peak memory: the model + one layer). A model
+loaded here from a checkpoint gives each float weight's pages back to the file once its
+integers exist (`_releaser`).
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import torch
 
 from compressor.backends.llm.grid import gptq, rtn
 from compressor.backends.llm.model import LoadedLm, QuantizedLinear
+from compressor.memory import release_file_pages, trim_heap
 
 CALIBRATION_BATCH = 4      # windows per forward pass
 
@@ -46,12 +49,25 @@ def quantize_lm(loaded: LoadedLm, plan: WeightOnlyPlan, calibration: np.ndarray 
     model = loaded.model
     kept = loaded.grids_on(plan.bits, plan.group_size)
     layers = decoder_layers(model)
+    release = _releaser(loaded)
     with torch.no_grad(), _progress(task, "quantize", len(layers) + 1) as advance:
         if plan.algorithm == "gptq" and calibration is not None:
-            quantized = _gptq_layers(model, layers, plan, calibration, kept, advance)
+            quantized = _gptq_layers(model, layers, plan, calibration, kept, advance, release)
         else:
-            quantized = _rtn_all(model, plan, kept, advance)
+            quantized = _rtn_all(model, plan, kept, advance, release)
+    trim_heap()
     return {**quantized, **kept}
+
+
+def _releaser(loaded: LoadedLm) -> Callable[[torch.Tensor], None]:
+    """What is done with a float weight once its integers exist: a model loaded here from a
+    checkpoint (LoadedLm.owned) hands its memory-mapped pages back to the file (they are read
+    again if anything touches the weight), so the float model and its integers are never
+    resident together; a caller's model is left as it is."""
+    if not loaded.owned:
+        return lambda weight: None
+    return lambda weight: release_file_pages(weight.data_ptr(),
+                                             weight.numel() * weight.element_size())
 
 
 def check_grid_fits(loaded: LoadedLm, plan: WeightOnlyPlan | None) -> None:
@@ -118,17 +134,22 @@ def _param_name(model: Any, param: torch.Tensor) -> str:
 
 
 def _rtn_all(model: Any, plan: WeightOnlyPlan, kept: dict[str, QuantizedLinear],
-             advance: Callable[[int], None]) -> dict[str, QuantizedLinear]:
+             advance: Callable[[int], None], release: Callable[[torch.Tensor], None]
+             ) -> dict[str, QuantizedLinear]:
     params = dict(model.named_parameters(remove_duplicate=False))
-    quantized = {name: rtn(params[name], plan.bits, plan.group_size, plan.symmetric)
-                 for name in quantized_weight_names(model) if name not in kept}
+    quantized = {}
+    for name in quantized_weight_names(model):
+        if name not in kept:
+            quantized[name] = rtn(params[name], plan.bits, plan.group_size, plan.symmetric)
+        release(params[name])
     advance(len(decoder_layers(model)) + 1)
     return quantized
 
 
 def _gptq_layers(model: Any, layers: torch.nn.ModuleList, plan: WeightOnlyPlan,
                  calibration: np.ndarray, kept: dict[str, QuantizedLinear],
-                 advance: Callable[[int], None]) -> dict[str, QuantizedLinear]:
+                 advance: Callable[[int], None], release: Callable[[torch.Tensor], None]
+                 ) -> dict[str, QuantizedLinear]:
     prefix = _prefix_of(model, layers)
     hidden, layer_kwargs = _layer0_inputs(model, layers, calibration)
     quantized: dict[str, QuantizedLinear] = {}
@@ -141,6 +162,8 @@ def _gptq_layers(model: Any, layers: torch.nn.ModuleList, plan: WeightOnlyPlan,
                                                      plan.group_size, plan.symmetric)
         with _weights_swapped(linears, quantized):
             hidden = [_run(layer, h, layer_kwargs) for h in hidden]
+        for module in linears.values():
+            release(module.weight)
         advance(1)
     head = model.get_output_embeddings()
     head_name = _param_name(model, head.weight)
@@ -149,11 +172,13 @@ def _gptq_layers(model: Any, layers: torch.nn.ModuleList, plan: WeightOnlyPlan,
     hessian = sum(_gram(x) for x in head_inputs)
     quantized[head_name] = kept.get(head_name) or gptq(head.weight, hessian, plan.bits,
                                                        plan.group_size, plan.symmetric)
+    release(head.weight)
     embedding = model.get_input_embeddings().weight
     if embedding is not head.weight:
         name = _param_name(model, embedding)
         quantized[name] = kept.get(name) or rtn(embedding, plan.bits, plan.group_size,
                                                 plan.symmetric)
+        release(embedding)
     advance(1)
     return quantized
 

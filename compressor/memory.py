@@ -1,0 +1,175 @@
+"""What a run costs in memory, and handing memory back.
+
+`peak_rss_bytes()` (report.json `compress_peak_rss_bytes`) is the peak of the summed resident
+memory of this process and all its children at the same moments: a sampling thread reads the
+RSS of this process and of its children every SAMPLE_S seconds (the list of children is
+refreshed every CHILDREN_S: finding them means reading every process's /proc stat), from
+`start_sampling()` on. getrusage's peaks are exact for one process each but cannot be added
+(the parent's and a child's peaks fall at different moments), and their max understates what
+the machine needs while a child runs beside a large parent; the reported value is the sampled
+tree peak, never below either getrusage peak (a spike between two samples).
+
+`release_file_pages` hands back the pages of a memory-mapped checkpoint's tensor (a private
+file mapping: the pages hold the file's bytes, and are read from the file again if touched);
+`trim_heap` returns freed heap memory to the system (glibc keeps it otherwise).
+"""
+from __future__ import annotations
+
+import ctypes
+import gc
+import mmap
+import os
+import resource
+import sys
+import threading
+import time
+from pathlib import Path
+
+SAMPLE_S = 0.025
+CHILDREN_S = 0.5
+PAGE = mmap.PAGESIZE
+MADV_DONTNEED = 4     # Linux: drop the pages; a private file mapping reads them again
+
+
+class TreeRssSampler(threading.Thread):
+    """Samples the summed RSS of process `pid` and its descendants; `peak` is the largest sum."""
+
+    def __init__(self, pid: int | None = None, interval: float = SAMPLE_S):
+        super().__init__(name="compressor-rss", daemon=True)
+        self.pid = pid or os.getpid()
+        self.interval = interval
+        self.peak = 0
+        self._children: list[int] = []
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        refreshed = 0.0
+        while not self._stop_event.is_set():
+            now = time.monotonic()
+            if now - refreshed >= CHILDREN_S:
+                self._children = descendants(self.pid)
+                refreshed = time.monotonic()
+            self.sample()
+            self._stop_event.wait(self.interval)
+
+    def sample(self) -> int:
+        total = sum(rss_of(pid) for pid in (self.pid, *self._children))
+        self.peak = max(self.peak, total)
+        return total
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop_event.is_set() or not self.is_alive()
+
+
+_SAMPLER: TreeRssSampler | None = None
+_LOCK = threading.Lock()
+
+
+def start_sampling() -> None:
+    """Start sampling this process tree's RSS for a run (a sampler already running goes on)."""
+    global _SAMPLER
+    if not sys.platform.startswith("linux"):
+        return
+    with _LOCK:
+        if _SAMPLER is None or _SAMPLER.pid != os.getpid() or _SAMPLER.stopped:
+            _SAMPLER = TreeRssSampler()
+            _SAMPLER.start()
+
+
+def stop_sampling() -> None:
+    """Stop the sampler once the run's report has its peak (a notebook's process lives on);
+    the peak stays readable until the next start."""
+    with _LOCK:
+        if _SAMPLER is not None:
+            _SAMPLER.stop()
+
+
+def peak_rss_bytes() -> int:
+    """The peak summed RSS of this process and its children since start_sampling() (see the
+    module docstring), and never below getrusage's own peak of this process or of its
+    largest child."""
+    peaks = [1024 * resource.getrusage(who).ru_maxrss
+             for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    sampler = _SAMPLER
+    if sampler is not None and sampler.pid == os.getpid():
+        sampler.sample()
+        peaks.append(sampler.peak)
+    return max(peaks)
+
+
+def rss_of(pid: int) -> int:
+    """Resident bytes of `pid` now (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * PAGE
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below `pid`, from each process's parent in /proc/*/stat."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found += children
+        todo += children
+    return found
+
+
+def trim_heap() -> None:
+    """Collect garbage and give freed heap memory back to the system (glibc's malloc_trim:
+    large frees in the middle of the heap otherwise stay in this process's RSS)."""
+    gc.collect()
+    libc = _libc()
+    if libc is not None and hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)
+
+
+def release_file_pages(address: int, nbytes: int) -> int:
+    """Drop this process's resident pages of [address, address + nbytes) if the range lies in
+    a private mapping of a file (a memory-mapped checkpoint's tensor; anything else is left
+    alone): the values stay the file's, read again if touched. Returns the bytes released."""
+    start = -(-address // PAGE) * PAGE
+    stop = (address + nbytes) // PAGE * PAGE
+    libc = _libc()
+    if stop <= start or libc is None or not _in_private_file_mapping(start, stop):
+        return 0
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return stop - start if libc.madvise(start, stop - start, MADV_DONTNEED) == 0 else 0
+
+
+def _in_private_file_mapping(start: int, stop: int) -> bool:
+    try:
+        lines = Path("/proc/self/maps").read_text().splitlines()
+    except OSError:
+        return False
+    for line in lines:
+        fields = line.split(maxsplit=5)
+        low, high = (int(x, 16) for x in fields[0].split("-"))
+        if low <= start and stop <= high:
+            path = fields[5] if len(fields) == 6 else ""
+            return fields[1].endswith("p") and path.startswith("/") and fields[4] != "0"
+    return False
+
+
+def _libc():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None)
+    except OSError:
+        return None
