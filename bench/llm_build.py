@@ -10,6 +10,8 @@
   round-robin over the folders (ROUNDS times, the median kept: the machine is shared).
 - big OUT [--quick]: a ~1B-parameter random-init Llama (Llama-3.2-1B's shape) saved in
   bfloat16 with a tokenizer, for the compress peak-RSS measurement.
+- mid OUT [--quick]: a random-init Llama of SmolLM-135M's shape in bfloat16, for decode speed
+  where the weights do not fit the CPU's caches (the small trained LM's do).
 - speed FOLDER PREFILL DECODE: one folder's speed at 1 thread (the 1B int4 artifact).
 - plan HF CONTEXT: the `host` plan's decode bounds at int4 and fp32 (compressor.plan) at the
   context the speed was measured at.
@@ -37,6 +39,12 @@ BIG = dict(hidden_size=2048, num_hidden_layers=16, num_attention_heads=32, num_k
            head_dim=64, intermediate_size=8192, vocab_size=32000, max_position_embeddings=2048,
            tie_word_embeddings=True)
 BIG_QUICK = dict(BIG, num_hidden_layers=2)   # --quick: ~0.2B, the same code path
+# SmolLM-135M's shape (tied, 9 heads / 3 KV heads, hidden 576): float32 weights 0.54 GB, far
+# past this CPU's 32 MB L3, as a real checkpoint's are on a board.
+MID = dict(hidden_size=576, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+           head_dim=64, intermediate_size=1536, vocab_size=49152, max_position_embeddings=2048,
+           tie_word_embeddings=True)
+MID_QUICK = dict(MID, num_hidden_layers=4)
 SPEED = {"prefill_tokens": 512, "decode_tokens": 64}
 ROUNDS = 3
 
@@ -114,6 +122,14 @@ def _layout_bytes(folder: Path) -> dict:
 
 
 def big(out: str, quick: bool = False) -> dict:
+    return _random_llama(out, BIG_QUICK if quick else BIG)
+
+
+def mid(out: str, quick: bool = False) -> dict:
+    return _random_llama(out, MID_QUICK if quick else MID)
+
+
+def _random_llama(out: str, shape: dict) -> dict:
     """A random-init Llama in bfloat16 (initialised in bf16: no float32 copy is ever made),
     saved with save_pretrained and the small tokenizer (its ids are a subset of the vocabulary)."""
     import torch
@@ -122,7 +138,7 @@ def big(out: str, quick: bool = False) -> dict:
     tiny_lm = _tiny_lm()
     started = time.perf_counter()
     torch.manual_seed(0)
-    config = LlamaConfig(**(BIG_QUICK if quick else BIG), bos_token_id=tiny_lm.BOS_ID,
+    config = LlamaConfig(**shape, bos_token_id=tiny_lm.BOS_ID,
                          eos_token_id=tiny_lm.EOS_ID, pad_token_id=tiny_lm.PAD_ID)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
     tokenizer = tiny_lm.train_tokenizer(tiny_lm.builtin_texts()[0], vocab_size=SMALL_VOCAB)
@@ -130,7 +146,7 @@ def big(out: str, quick: bool = False) -> dict:
     checkpoint = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
     return {"hf": str(folder), "params": sum(p.numel() for p in model.parameters()),
             "checkpoint_bytes": checkpoint, "config": {k: v for k, v in config.to_dict().items()
-                                                      if k in BIG},
+                                                      if k in shape},
             "build_s": round(time.perf_counter() - started, 1)}
 
 
@@ -149,14 +165,15 @@ def plan_bounds(hf: str, context: str) -> dict:
             "weights_bytes": {p["recipe"]: p["weights_bytes"] for p in result["plans"]}}
 
 
-STEPS = {"train": train, "score": score, "big": big, "speed": speed, "plan": plan_bounds}
+STEPS = {"train": train, "score": score, "big": big, "mid": mid, "speed": speed,
+         "plan": plan_bounds}
 
 
 def main(argv: list[str]) -> int:
     quick = "--quick" in argv
     args = [a for a in argv[1:] if a != "--quick"]
     step = STEPS[argv[0]]
-    result = step(*args, quick=quick) if step in (train, big) else step(*args)
+    result = step(*args, quick=quick) if step in (train, big, mid) else step(*args)
     print(json.dumps(result, default=str))
     return 0
 

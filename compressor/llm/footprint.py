@@ -9,8 +9,9 @@ tests/plan/test_builder_layout.py holds `builder_layout` (the builder run on its
 
 - Linear layers become MatMulNBits: per output row, ceil(K / block) blocks of `block` weights
   packed at `bits` (K padded up to whole blocks), one float32 scale per block, and for
-  asymmetric weights one zero point per block packed at the weight's bit width. Our integers
-  are asymmetric (GPTQ grid): uint8 zero points, two per byte at 4 bits, one at 8 bits.
+  asymmetric weights one zero point per block packed at the weight's bit width. Our int4 is
+  symmetric (no zero points, genai_graph.py drops the checkpoint's); int8 is asymmetric (one
+  uint8 zero point per block).
 - int8 uses blocks of 128, or the largest power of two dividing every input width
   (backends/llm/handlers.py INT8_GROUP); int4 the recipe's group (32, or 128 for int4_g128).
 - The lm_head is ours too (same grid). A tied embedding is the lm_head's matrix (one copy: a
@@ -149,7 +150,8 @@ def exporter_layout(recipe: str, precision: str, group_size: int = 32,
                     accuracy_rank: int = 0) -> Layout:
     """The layout compressor's ONNX route (backends/llm/genai.py) writes for a recipe:
     float32 / float16 (the fp32 build, weights halved behind Casts; float32 io), or our
-    asymmetric integers at `group_size` for every linear, the lm_head and the embedding."""
+    our integers at `group_size` for every linear, the lm_head and the embedding (int4
+    symmetric, int8 with zero points)."""
     fixed, layer, qk = _EXPORT_GRAPH[precision]
     graph = dict(graph_bytes=fixed, graph_bytes_per_layer=layer, graph_bytes_qk_norm=qk,
                  graph_bytes_extra_norm=_EXPORT_GRAPH_EXTRA_NORM,
@@ -158,7 +160,7 @@ def exporter_layout(recipe: str, precision: str, group_size: int = 32,
         flt = F32 if precision == "fp32" else F16
         return Layout(recipe, flt, flt, flt, 4, accuracy_rank=accuracy_rank, **graph)
     bits = {"int8": 8, "int4": 4}[precision]
-    ours = Storage(bits, group_size, 4, bits, fit_group=bits == 8)
+    ours = Storage(bits, group_size, 4, 0 if bits == 4 else bits, fit_group=bits == 8)
     return Layout(recipe, ours, ours, ours, 4, accuracy_rank=accuracy_rank,
                   gathers_quantized=True, **graph)
 

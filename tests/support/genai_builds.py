@@ -29,15 +29,20 @@ def scheme_of(name: str, group_size: int = 32) -> Any:
             "int8": Int8WeightOnly(), "fp16": Float16(), "fp32": Float32()}[name]
 
 
-def quantized_lm(model_dir: Path, bits: int | None, group_size: int) -> Any:
-    """The folder's LoadedLm, its linears (and an untied embedding) on a round-to-nearest grid."""
+def quantized_lm(model_dir: Path, scheme: str, group_size: int) -> Any:
+    """The folder's LoadedLm, its linears (and an untied embedding) on the scheme's grid
+    (int4: symmetric, int8: a zero point per group of 128), rounded to nearest."""
+    import dataclasses
+
+    from compressor.backends.llm.handlers import weight_only_plan
     from compressor.backends.llm.load import load_lm
-    from compressor.backends.llm.quantize import WeightOnlyPlan, quantize_lm
+    from compressor.backends.llm.quantize import quantize_lm
 
     loaded = load_lm(Path(model_dir))
-    if bits is None:
+    plan = weight_only_plan(scheme_of(scheme, group_size), loaded)
+    if plan is None:
         return loaded
-    return loaded.with_quantized(quantize_lm(loaded, WeightOnlyPlan(bits, group_size, "rtn"), None))
+    return loaded.with_quantized(quantize_lm(loaded, dataclasses.replace(plan, algorithm="rtn"), None))
 
 
 def genai_build(tmp_path_factory: Any, model_dir: Path, scheme: str = "int4",
@@ -48,8 +53,7 @@ def genai_build(tmp_path_factory: Any, model_dir: Path, scheme: str = "int4",
 
     key = (str(model_dir), scheme, group_size, context)
     if key not in _BUILT:
-        bits = {"int4": 4, "int8": 8}.get(scheme)
-        loaded = quantized_lm(model_dir, bits, group_size)
+        loaded = quantized_lm(model_dir, scheme, group_size)
         root = tmp_path_factory.mktemp(f"genai-{Path(model_dir).name}-{scheme}")
         (root / "staging").mkdir()
         ctx = Context(data=Data(), progress=Progress(quiet=True), workdir=root / "work",

@@ -10,6 +10,9 @@ What the builder (0.18.0) writes for the embedding, and what we do with it:
 - untied, embedding in LoadedLm.quantized: the builder keeps it float32 (it does not quantize
   a Gather of a pre-quantized checkpoint): replaced by a GatherBlockQuantized over our packed
   integers (the MatMulNBits layout).
+Symmetric integers (the int4 default): every zero point is the grid's middle (8 at 4 bits, 128
+at 8), which is what MatMulNBits and GatherBlockQuantized assume without one, so the zero-point
+tensors the GPTQ checkpoint brought go (4 bits per group of 32: 2.4% of the int4 bytes).
 cos_cache / sin_cache hold max_position_embeddings rows; positions past the KV cache's
 length never occur, so rows past `context` go (Llama 3's 131072 x 64 float32 tables are 64 MB).
 When a tensor goes or shrinks, model.onnx.data is written again, one tensor at a time.
@@ -38,13 +41,33 @@ def finish_graph(model_path: Path, loaded: Any, context: int) -> None:
     model = onnx.load(str(model_path), load_external_data=False)
     if loaded.quantized:
         _check_integers_are_ours(model)
-    dropped = _finish_embedding(model, loaded)
+    dropped = {_finish_embedding(model, loaded)} - {None}
+    if loaded.quantized and all(_symmetric(w) for w in loaded.quantized.values()):
+        dropped |= _drop_zero_points(model)
     trimmed = [t for t in model.graph.initializer
                if t.name.startswith(ROTARY_TABLES) and t.dims and t.dims[0] > context]
     if not dropped and not trimmed:
         onnx.save(model, str(model_path))
         return
     _rewrite(model, model_path, dropped, {t.name for t in trimmed}, context)
+
+
+def _symmetric(weight) -> bool:
+    return bool((weight.zeros == 2 ** (weight.bits - 1)).all())
+
+
+def _drop_zero_points(model) -> set[str]:
+    """Remove the zero-point input of every MatMulNBits / GatherBlockQuantized (all our weights
+    are symmetric: each zero point is the default); returns the initializers no longer read."""
+    dropped = set()
+    for node in model.graph.node:
+        if node.op_type in ("MatMulNBits", "GatherBlockQuantized") and len(node.input) > 3:
+            dropped.add(node.input[3])
+            kept = list(node.input[:3]) + ([""] if len(node.input) > 4 else []) + list(node.input[4:])
+            del node.input[:]
+            node.input.extend(kept)
+    still_read = {name for node in model.graph.node for name in node.input}
+    return {name for name in dropped if name and name not in still_read}
 
 
 def _check_integers_are_ours(model) -> None:
@@ -144,12 +167,12 @@ def _replace(model, old, new: list) -> None:
     model.graph.node.extend(nodes)
 
 
-def _rewrite(model, model_path: Path, dropped: str | None, trimmed: set[str],
+def _rewrite(model, model_path: Path, dropped: set[str], trimmed: set[str],
              context: int) -> None:
     """Drop / trim initializers and write model.onnx + model.onnx.data again."""
     import onnx
 
-    kept = [t for t in model.graph.initializer if t.name != dropped]
+    kept = [t for t in model.graph.initializer if t.name not in dropped]
     del model.graph.initializer[:]
     model.graph.initializer.extend(kept)
 

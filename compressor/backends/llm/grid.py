@@ -72,7 +72,7 @@ def _on_grid(w: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, maxq: int
 
 def rtn(weight: torch.Tensor, bits: int, group_size: int, symmetric: bool = False
         ) -> QuantizedLinear:
-    """Round to nearest on each group's own min-max grid, RTN_ROWS rows at a time: the float32
+    """Round to nearest on each group's searched grid (grid_params), RTN_ROWS rows at a time: the float32
     temporaries stay a few MB, not several copies of a 32000 x 2048 lm_head (~1 GB), and the
     codes are packed as they come (never one byte per weight for the whole matrix)."""
     n, k = weight.shape
