@@ -163,8 +163,8 @@ def section(transformer: dict, results: dict) -> list[str]:
              "emerge only after far longer training), so its LayerNorm outputs reach tens to "
              "hundreds of times their median channel (fidelity; bench/encoder_train.py); "
              "bert2x64 = 2 layers, 64 wide, trained a few seconds on a synthetic token task "
-             "(fidelity, for information). Toolkit `int8` (Python API, `validate: {metric: fidelity}`) vs "
-             "toolkit fp32 vs onnxruntime `quantize_dynamic(per_channel=True, "
+             "(fidelity, for information). Toolkit `int8` (Python API, `validate: {metric: "
+             "fidelity}`) vs toolkit fp32 vs onnxruntime `quantize_dynamic(per_channel=True, "
              "weight_type=QInt8)` on the toolkit's fp32 ONNX. p50: batch 1, 1 thread, the three "
              "artifacts round-robin in one process. Cosine: mean (and lowest) per-row cosine to "
              "the float PyTorch model's outputs.")
