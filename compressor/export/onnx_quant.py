@@ -92,7 +92,8 @@ def quantize_onnx_dynamic(fp32_path: Path, out_path: Path,
         prepared = preprocessed(Path(fp32_path), Path(tmp) / "prepared.onnx")
         excluded = set(prepared_names(prepared, exclude_nodes))
         if calibration:
-            prepared = smoothed(prepared, calibration, excluded, Path(tmp) / "smoothed.onnx")
+            prepared = smoothed(prepared, list(CalibrationFeeds(prepared, calibration)), excluded,
+                                Path(tmp) / "smoothed.onnx")
         quantizing(lambda: quantize_dynamic(
             str(prepared), str(out_path), op_types_to_quantize=list(DYNAMIC_OPS),
             per_channel=True, reduce_range=DYNAMIC_REDUCE_RANGE, weight_type=QuantType.QInt8,

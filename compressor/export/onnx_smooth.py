@@ -38,19 +38,18 @@ SCALE_LIMITS = (1e-3, 1e3)     # a dead channel (max 0) must not blow its weight
 OUTLIER_RATIO = 8.0
 
 
-def smoothed(prepared: Path, calibration: Sequence[dict[str, np.ndarray]],
+def smoothed(prepared: Path, feeds: Sequence[dict[str, np.ndarray]],
              exclude_nodes: Collection[str], target: Path) -> Path:
     """`prepared` with its activation outliers moved into the weights, saved as `target` (or
-    `prepared` itself when no activation has outliers)."""
+    `prepared` itself when no activation has outliers). `feeds`: calibration batches, each
+    input name -> array of the dtype the model declares."""
     import onnx
-
-    from compressor.export.onnx_quant import CalibrationFeeds
 
     proto = onnx.load(str(prepared))
     groups = smoothing_groups(proto, exclude_nodes)
     if not groups:
         return prepared
-    peaks = activation_peaks(prepared, list(CalibrationFeeds(prepared, calibration)), list(groups))
+    peaks = activation_peaks(prepared, feeds, list(groups))
     groups = {name: nodes for name, nodes in groups.items()
               if peaks[name].max() >= OUTLIER_RATIO * max(float(np.median(peaks[name])), 1e-12)}
     if not groups:
