@@ -34,7 +34,7 @@ def run(log, rounds: int = 5, runs_per_round: int = 100) -> dict:
     errors, runs = [], []
     log("transformer: building the BERT models and the toolkit's fp32 / int8 ONNX")
     proc = run_process(python_cmd("-m", "bench.transformer_build", ARTIFACTS / "transformer"),
-                       timeout=1200)
+                       timeout=3600)   # the sentence encoder trains for minutes
     runs.append({"what": "toolkit build", "process": proc.summary()})
     try:
         built = json.loads(proc.stdout.strip().splitlines()[-1])
