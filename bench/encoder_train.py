@@ -67,8 +67,8 @@ def windows(stream: np.ndarray, rows: int, seed: int, padded_tail: int = 0) -> d
 
 
 def sentence_encoder(bert):
-    """`bert` mean-pooled over its attention mask and L2-normalised: {"embedding": one row per
-    input row}."""
+    """`bert` mean-pooled over its attention mask and L2-normalised: one embedding per row (the
+    artifacts' one output, named `output`)."""
     import torch
 
     class SentenceEncoder(torch.nn.Module):
@@ -81,7 +81,7 @@ def sentence_encoder(bert):
                                attention_mask=attention_mask).last_hidden_state
             mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
-            return {"embedding": torch.nn.functional.normalize(pooled, dim=-1)}
+            return torch.nn.functional.normalize(pooled, dim=-1)
 
     return SentenceEncoder(bert).eval()
 

@@ -128,9 +128,8 @@ def sentence_encoder_entry(where: Path) -> dict:
     training["train_s"] = round(time.perf_counter() - started, 1)
     train_x = encoder_train.windows(stream, ENCODER_TRAIN_ROWS, 1, PADDED_TAIL)
     val_x = encoder_train.windows(stream, ENCODER_VAL_ROWS, 2, PADDED_TAIL)
-    with torch.no_grad():
-        reference = {"embedding": model(**{k: torch.from_numpy(v) for k, v in val_x.items()})[
-            "embedding"].numpy()}
+    with torch.no_grad():   # a model's one output is `output` in its artifacts
+        reference = {"output": model(**{k: torch.from_numpy(v) for k, v in val_x.items()}).numpy()}
     entry = {"parameters": int(sum(p.numel() for p in model.parameters())), "training": training,
              "layernorm_outlier_ratios": encoder_train.outlier_ratios(model, val_x),
              "tokens_in_corpus": len(stream)}
