@@ -5,7 +5,8 @@ process: one framework's imports per process).
 - kd_gain: int8_prune30_kd vs int8_prune30, mean artifact accuracy over seeds 0-2, for a
   briefly trained quarter-size student (target: gain >= 0.01) and a converged one (recorded).
 - pretrained_drop: ResNet- and MobileNetV2-style digits nets trained to high accuracy, default
-  int8_prune30 and int8_qat (target: drop <= 0.01 on every net, recipe and framework).
+  int8_prune30 and int8_qat with seeds 0-2 (target: mean drop over the seeds <= 0.01 on every
+  net, recipe and framework).
 """
 from __future__ import annotations
 
@@ -50,10 +51,11 @@ def pretrained_drop_targets(results: dict) -> dict:
             for row in r["rows"]]
     worst = max(rows, key=lambda row: row["drop"]) if rows else None
     return {"pretrained_drop": target(
-        worst and worst["drop"], DROP_GOAL, "<=", "trained accuracy - artifact accuracy, "
-        "default int8_prune30 / int8_qat, ResNet- and MobileNetV2-style digits nets",
-        f"worst: {worst['net']}/{worst['framework']} {worst['recipe']}" if worst
-        else "not measured", force_miss=len(rows) < 2 * 2 * len(FRAMEWORKS))}
+        worst and worst["drop"], DROP_GOAL, "<=", "trained accuracy - artifact accuracy, mean "
+        "over seeds 0-2, default int8_prune30 / int8_qat, ResNet- and MobileNetV2-style digits "
+        "nets", f"worst: {worst['net']}/{worst['framework']} {worst['recipe']} (per seed "
+        f"{[s['drop'] for s in worst.get('seeds', [])]})" if worst else "not measured",
+        force_miss=len(rows) < 2 * 2 * len(FRAMEWORKS))}
 
 
 def kd_gain_section(kd: dict, results: dict) -> list[str]:
@@ -68,13 +70,23 @@ def kd_gain_section(kd: dict, results: dict) -> list[str]:
 
 
 def pretrained_drop_section(drop: dict, results: dict) -> list[str]:
-    rows = [[r["net"], fw, r["recipe"], r["trained"], r["artifact"], r["drop"], r["passed"]]
+    rows = [[r["net"], fw, r["recipe"], r["trained"], r["artifact"], r["drop"],
+             " / ".join(str(s["drop"]) for s in r.get("seeds", [])), _passed(r)]
             for fw, result in drop.get("frameworks", {}).items() for r in result["rows"]]
     return (["## 10. Pretrained models through the default recipes", "",
              "ResNet- / MobileNetV2-style digits nets (bench/finetune_build.py) trained to high "
-             "accuracy; drop = trained float accuracy - artifact accuracy.", ""]
-            + table(["net", "framework", "recipe", "trained", "artifact", "drop", "gate passed"],
-                    rows) + [""])
+             "accuracy once, then each recipe run with seeds 0-2; drop = trained float accuracy - "
+             "artifact accuracy (450 val images: one image is 0.22 pt), artifact and drop are "
+             "means over the seeds.", ""]
+            + table(["net", "framework", "recipe", "trained", "artifact", "drop", "drop per seed",
+                     "gate passed"], rows) + [""])
+
+
+def _passed(row: dict) -> str:
+    """Seeds whose run passed its gate (a row measured before seeds: its one run)."""
+    if "seeds" not in row:
+        return str(row["passed"])
+    return f"{row['passed']}/{len(row['seeds'])}"
 
 
 def _run_kd_gain(ctx: RunContext) -> dict:

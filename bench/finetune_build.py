@@ -7,7 +7,9 @@ CASE FRAMEWORK); the last stdout line is the JSON result.
   ("converged") from scratch, seeds 0-2; int8_prune30 vs int8_prune30_kd.
 - pretrained_drop: a ResNet-style (BatchNorm, skip Adds) and a MobileNetV2-style (depthwise,
   ReLU6, inverted residuals) net, the zoo's block lists shrunk to 8x8 digits, trained to high
-  accuracy; default int8_prune30 and int8_qat; the drop = trained float accuracy - artifact's.
+  accuracy once; default int8_prune30 and int8_qat, each run with seeds 0-2 (fine-tuning
+  order, pruning); the drop = trained float accuracy - artifact's, judged on its mean over the
+  seeds (one image of the 450 is 0.22 pt: one seed's drop is mostly noise).
 
 One export format per framework (Keras tflite, PyTorch onnx: each backend's native route)
 keeps the case in minutes; the recipes' steps and gates are the built-in defaults.
@@ -46,14 +48,14 @@ def _accuracy(framework: str, model, data) -> float:
     return float(np.mean(np.argmax(outputs, -1) == data.val[1]))
 
 
-def _compress(model, recipe: str, framework: str, data, teacher=None) -> dict:
+def _compress(model, recipe: str, framework: str, data, teacher=None, seed: int = 0) -> dict:
     import compressor as cz
     from compressor.recipe import load_recipe
 
     chosen = load_recipe(recipe).model_copy(update={"export": (FORMAT[framework],)})
     with tempfile.TemporaryDirectory() as folder:
         result = cz.compress(model, chosen, data=data, teacher=teacher, quiet=True,
-                             latency=False, out_dir=Path(folder) / "out")
+                             latency=False, out_dir=Path(folder) / "out", seed=seed)
     row = result.report["artifacts"][0]
     return {"accuracy": row.get("metric_value"), "passed": result.passed}
 
@@ -111,12 +113,18 @@ def pretrained_drop(framework: str) -> dict:
         model = _pretrained(framework, spec, data)
         trained = _accuracy(framework, model, data)
         for recipe in ("int8_prune30", "int8_qat"):
-            started = time.perf_counter()
-            outcome = _compress(model, recipe, framework, data)
+            seeds = []
+            for seed in SEEDS:
+                started = time.perf_counter()
+                outcome = _compress(model, recipe, framework, data, seed=seed)
+                seeds.append({"seed": seed, "artifact": outcome["accuracy"],
+                              "passed": outcome["passed"],
+                              "drop": round(trained - outcome["accuracy"], 4),
+                              "wall_s": round(time.perf_counter() - started, 1)})
             rows.append({"net": name, "recipe": recipe, "trained": round(trained, 4),
-                         "artifact": outcome["accuracy"], "passed": outcome["passed"],
-                         "drop": round(trained - outcome["accuracy"], 4),
-                         "wall_s": round(time.perf_counter() - started, 1)})
+                         "artifact": round(float(np.mean([s["artifact"] for s in seeds])), 4),
+                         "drop": round(float(np.mean([s["drop"] for s in seeds])), 4),
+                         "passed": sum(s["passed"] for s in seeds), "seeds": seeds})
     return {"rows": rows}
 
 

@@ -2,16 +2,18 @@
 
     python -m bench.transformer_build OUT_DIR   -> one JSON line {model: {label: path, ...}}
 
-Two Hugging Face BertModels made from a BertConfig (nothing is downloaded), inputs int64
-`input_ids` + `attention_mask` (seq len 32, the last 8 tokens of a row randomly padded),
-outputs last_hidden_state and pooler_output:
+Hugging Face BertModels made from a BertConfig (nothing is downloaded), inputs int64
+`input_ids` + `attention_mask` (seq len 32, the last 8 tokens of a row randomly padded):
 
 - `bert6x384`: 6 layers, 384 wide, 12 heads, 30522-token vocabulary (MiniLM-L6-sized,
   22.7M parameters), random init: size and speed.
 - `bert2x64`: 2 layers, 64 wide, 1000-token vocabulary, trained here for a few seconds on a
   synthetic task (per-token: which quarter of the vocabulary the id is in; per sequence, from
   pooler_output: are most ids in the lower half), so its weights and activations are trained
-  ones, not random: fidelity.
+  ones, not random (fidelity of last_hidden_state / pooler_output, for information).
+- `encoder4x128`: a sentence encoder (4 layers, 128 wide, mean-pooled L2-normalised
+  `embedding`) trained here on real text with outlier channels, bench/encoder_train.py: the
+  fidelity the targets judge.
 
 Per model: the toolkit's fp32 ONNX (a recipe without steps) and its `int8` (the built-in
 recipe, which picks dynamic int8 for these models), both by `compressor.compress` with
@@ -30,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 SEQ, PADDED_TAIL, TRAIN_ROWS, VAL_ROWS = 32, 8, 64, 64
+ENCODER, ENCODER_TRAIN_ROWS, ENCODER_VAL_ROWS = "encoder4x128", 256, 256
 MODELS = {
     "bert6x384": {"vocab_size": 30522, "hidden_size": 384, "num_hidden_layers": 6,
                   "num_attention_heads": 12, "intermediate_size": 1536},
@@ -97,8 +100,6 @@ def reference_outputs(model, inputs: dict[str, np.ndarray]) -> dict[str, np.ndar
 
 def main(out_dir: Path) -> dict:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import compressor as cz
-
     made = {}
     for name, config in MODELS.items():
         started = time.perf_counter()
@@ -106,25 +107,56 @@ def main(out_dir: Path) -> dict:
         entry = {"parameters": int(sum(p.numel() for p in model.parameters()))}
         if name in TRAINED:
             entry["training"] = train(model, config["vocab_size"], **TRAINED[name])
-        train_x = token_inputs(TRAIN_ROWS, config["vocab_size"], 1)
         val_x = token_inputs(VAL_ROWS, config["vocab_size"], 2)
-        where = out_dir / name
-        data = cz.Data(train=(train_x, None), val=(val_x, None), name="token-ids")
-        for recipe in ("fp32", "int8"):
-            result = cz.compress(model, str(RECIPES / f"{recipe}_fidelity.yaml"), data=data,
-                                 out_dir=where / recipe, formats=("onnx",), latency=False,
-                                 quiet=True, force=True)
-            entry[f"toolkit_{recipe}_onnx"] = str(result.artifacts["onnx"])
-            entry[f"toolkit_{recipe}_report"] = {
-                "exit_code": result.exit_code, "quantize": result.report.get("quantize"),
-                "fidelity": result.report["artifacts"][0].get("metric_value")}
-        reference = reference_outputs(model, val_x)
-        np.savez(where / "val.npz", **{f"x.{k}": v for k, v in val_x.items()},
-                 **{f"ref.{k}": v for k, v in reference.items()})
-        entry["val"] = str(where / "val.npz")
+        entry.update(compressed(model, token_inputs(TRAIN_ROWS, config["vocab_size"], 1), val_x,
+                                reference_outputs(model, val_x), out_dir / name))
         entry["build_s"] = round(time.perf_counter() - started, 1)
         made[name] = entry
+    made[ENCODER] = sentence_encoder_entry(out_dir / ENCODER)
     return made
+
+
+def sentence_encoder_entry(where: Path) -> dict:
+    """The trained sentence encoder (bench/encoder_train.py), compressed like the others."""
+    import torch
+
+    from bench import encoder_train
+
+    started = time.perf_counter()
+    stream = encoder_train.token_stream()
+    model, training = encoder_train.trained_encoder(stream)
+    training["train_s"] = round(time.perf_counter() - started, 1)
+    train_x = encoder_train.windows(stream, ENCODER_TRAIN_ROWS, 1, PADDED_TAIL)
+    val_x = encoder_train.windows(stream, ENCODER_VAL_ROWS, 2, PADDED_TAIL)
+    with torch.no_grad():   # a model's one output is `output` in its artifacts
+        reference = {"output": model(**{k: torch.from_numpy(v) for k, v in val_x.items()}).numpy()}
+    entry = {"parameters": int(sum(p.numel() for p in model.parameters())), "training": training,
+             "layernorm_outlier_ratios": encoder_train.outlier_ratios(model, val_x),
+             "tokens_in_corpus": len(stream)}
+    entry.update(compressed(model, train_x, val_x, reference, where))
+    entry["build_s"] = round(time.perf_counter() - started, 1)
+    return entry
+
+
+def compressed(model, train_x: dict, val_x: dict, reference: dict, where: Path) -> dict:
+    """The toolkit's fp32 ONNX and `int8` of `model` by compressor.compress (validate: fidelity),
+    and val.npz: the val inputs with the float model's own outputs."""
+    import compressor as cz
+
+    entry = {}
+    data = cz.Data(train=(train_x, None), val=(val_x, None), name="token-ids")
+    for recipe in ("fp32", "int8"):
+        result = cz.compress(model, str(RECIPES / f"{recipe}_fidelity.yaml"), data=data,
+                             out_dir=where / recipe, formats=("onnx",), latency=False,
+                             quiet=True, force=True)
+        entry[f"toolkit_{recipe}_onnx"] = str(result.artifacts["onnx"])
+        entry[f"toolkit_{recipe}_report"] = {
+            "exit_code": result.exit_code, "quantize": result.report.get("quantize"),
+            "fidelity": result.report["artifacts"][0].get("metric_value")}
+    np.savez(where / "val.npz", **{f"x.{k}": v for k, v in val_x.items()},
+             **{f"ref.{k}": v for k, v in reference.items()})
+    entry["val"] = str(where / "val.npz")
+    return entry
 
 
 if __name__ == "__main__":

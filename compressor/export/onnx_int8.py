@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from compressor.errors import DataError
 from compressor.export.onnx import names_layer
 from compressor.kernel_ops import ONNX_KERNEL_INPUTS
 from compressor.tensors import matched
@@ -55,17 +56,27 @@ def int8_onnx_from_float(proto: Any, samples: Any, float_layers: Sequence[str],
 def quantize_file(source: Path, target: Path, mode: str,
                   batches: Callable[[], list[dict[str, np.ndarray]]],
                   exclude_nodes: Sequence[str]) -> None:
-    """`source` quantized into `target` by onnxruntime's tools in quantize `mode`: dynamic,
-    weight_only, or static QDQ (ptq, and qat's trained weights) calibrated on `batches()`,
-    which only the static route asks for."""
+    """`source` quantized into `target` by onnxruntime's tools in quantize `mode`: dynamic
+    (activation outliers smoothed on `batches()` when there are training samples), weight_only,
+    or static QDQ (ptq, and qat's trained weights) calibrated on `batches()`."""
     from compressor.export import onnx_quant
 
     if mode == "dynamic":
-        onnx_quant.quantize_onnx_dynamic(source, target, exclude_nodes=exclude_nodes)
+        onnx_quant.quantize_onnx_dynamic(source, target, exclude_nodes=exclude_nodes,
+                                         calibration=_optional(batches))
     elif mode == "weight_only":
         onnx_quant.quantize_onnx_weight_only(source, target, exclude_nodes=exclude_nodes)
     else:
         onnx_quant.quantize_onnx_static(source, target, batches(), exclude_nodes=exclude_nodes)
+
+
+def _optional(batches: Callable[[], list[dict[str, np.ndarray]]]) -> list[dict[str, np.ndarray]]:
+    """The calibration batches, or none when the data has no training split: dynamic int8
+    needs no data (it then skips only the outlier smoothing, which measures activations)."""
+    try:
+        return batches()
+    except DataError:
+        return []
 
 
 def float_kernel_names(proto: Any, float_layers: Sequence[str]) -> list[str]:

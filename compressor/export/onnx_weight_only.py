@@ -214,7 +214,10 @@ def _weight_axes(node: Any, initializers: dict[str, Any]) -> list[tuple[int, int
             found.append((0, len(weight(0).dims) - 2))        # output rows
     elif node.op_type == "Gemm" and weight(1) is not None:
         found.append((1, 0 if "transB" in attrs and attrs["transB"].i else 1))
-    elif node.op_type == "Gather" and weight(0) is not None:
+    elif node.op_type == "Gather" and weight(0) is not None and \
+            int(np.prod(weight(0).dims)) >= TABLE_ELEMENTS:
+        # A smaller table (a BERT's 2 token types) is read the same way by every token, so its
+        # rounding error is systematic, and it is too small for the int8 gate: it stays float.
         axis = attrs["axis"].i if "axis" in attrs else 0
         found.append((0, axis % len(weight(0).dims)))
     elif node.op_type in ("LSTM", "GRU", "RNN"):

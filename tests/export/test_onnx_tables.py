@@ -86,3 +86,25 @@ def test_dynamic_int8_reads_back_int8_with_the_folded_table(tmp_path: Path):
     assert any(w.dtype == "int8" and w.shape == (1, T, D) for w in weights)
     floats = sorted(w.size for w in weights if w.dtype == "float32" and w.size >= 1024)
     assert floats == [T * D, T * 64], [(w.name, w.shape) for w in weights]
+
+
+def test_a_token_type_table_stays_float(tmp_path: Path):
+    """A 2-row table every token reads (a BERT's token types): its int8 rounding would be one
+    error added to every token, for 768 bytes saved; it stays float32, the vocabulary int8."""
+    initializers = [numpy_helper.from_array(RNG.normal(0, 0.3, shape).astype(np.float32), name)
+                    for name, shape in (("tokens", (50, D)), ("types", (2, D)))]
+    initializers.append(numpy_helper.from_array(np.array(0, np.int64), "zero"))
+    nodes = [helper.make_node("Gather", ["tokens", "ids"], ["words"], name="embed"),
+             helper.make_node("Mul", ["ids", "zero"], ["type_ids"], name="all_type_0"),
+             helper.make_node("Gather", ["types", "type_ids"], ["kinds"], name="embed_types"),
+             helper.make_node("Add", ["words", "kinds"], ["y"], name="add_types")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", T])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", T, D])], initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    source, target = tmp_path / "f.onnx", tmp_path / "q.onnx"
+    onnx.save(model, str(source))
+    quantize_onnx_dynamic(source, target)
+    dtypes = {w.shape: w.dtype for w in inspect_artifact(target).weights if len(w.shape) == 2}
+    assert dtypes[(2, D)] == "float32" and dtypes[(50, D)] == "int8", dtypes

@@ -21,8 +21,9 @@ FloatGraph = Callable[["ModelState", "Context"], "OnnxModel"]
 ORT_INT8 = {
     Int8Static: "onnxruntime quantize_static (QDQ, int8 weights per channel), activation "
                 "ranges calibrated on training samples",
-    Int8Dynamic: "onnxruntime quantize_dynamic (int8 weights per channel), activation ranges "
-                 "computed at run time",
+    Int8Dynamic: "onnxruntime quantize_dynamic (7-bit int8 weights per channel, activation "
+                 "outliers smoothed into them on training samples), activation ranges computed "
+                 "at run time",
     Int8WeightOnly: "onnxruntime weight-only int8 (DequantizeLinear per weight, per channel), "
                     "float compute",
 }

@@ -66,8 +66,9 @@ EXPORTS = {
          ORT_STATIC + " (PT2E's calibrated ranges are not carried into ONNX)"),
         (Int8Qat, "onnx_int8_static", ORT_STATIC + " (QAT's learned ranges are not carried into "
                                                    "ONNX; its trained weights are)"),
-        (Int8Dynamic, "onnx_int8_weights", "onnxruntime quantize_dynamic (int8 weights per "
-         "channel) of the torch.onnx float graph, activation ranges computed at run time"),
+        (Int8Dynamic, "onnx_int8_weights", "onnxruntime quantize_dynamic (7-bit int8 weights per "
+         "channel, activation outliers smoothed into them on training samples) of the torch.onnx "
+         "float graph, activation ranges computed at run time"),
         (Int8WeightOnly, "onnx_int8_weights", "onnxruntime weight-only int8 (DequantizeLinear "
          "per weight, per channel) of the torch.onnx float graph, float compute"),
     ),
