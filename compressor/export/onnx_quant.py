@@ -1,11 +1,13 @@
 """int8 ONNX from a float32 ONNX file with onnxruntime's own quantization tools, for every
 backend: the file a user gets is the one onnxruntime runs fastest.
 
-- `quantize_onnx_static`: calibrated QDQ, per-channel 7-bit int8 weights (REDUCE_RANGE) and uint8 activations,
-  after `quant_pre_process` (shape inference; BatchNorm folded into its conv, constants
-  folded). onnxruntime fuses each DequantizeLinear -> op -> QuantizeLinear group into an
-  int8 kernel (QLinearConv, QLinearMatMul, QLinearAdd, ...), so Q/DQ sit only where it
-  fuses them. Measured (64x64 resnet18, 1 thread): 0.59 ms vs 2.98 ms float.
+- `quantize_onnx_static`: calibrated QDQ, per-channel 7-bit int8 weights (REDUCE_RANGE) and
+  uint8 activations, after `quant_pre_process` (shape inference; BatchNorm folded into its
+  conv, constants folded) and with in-model input preprocessing folded into the first convs
+  (onnx_input_fold.py: int8 then quantizes the raw input, not a narrow offset band).
+  onnxruntime fuses each DequantizeLinear -> op -> QuantizeLinear group into an int8 kernel
+  (QLinearConv, QLinearMatMul, QLinearAdd, ...), so Q/DQ sit only where it fuses them.
+  Measured (64x64 resnet18, 1 thread): 0.59 ms vs 2.98 ms float.
 - `quantize_onnx_dynamic`: int8 weights, activations quantized per batch at run time
   (MatMulInteger / ConvInteger): the transformer / RNN route. Constants are folded first, so
   weights a converter stores behind Transpose / Reshape are initializers ORT can quantize.
@@ -25,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from compressor.errors import DataError
+from compressor.export.onnx_input_fold import fold_input_affine_file
 from compressor.export.onnx_prepare import prepared_names, preprocessed, quantizing
 
 # Symmetric int8 weights (zero point 0, so pruned zeros stay exact zeros) are ORT's default
@@ -34,6 +37,11 @@ STATIC_OPTIONS = {"WeightSymmetric": True, "ActivationSymmetric": False}
 # 16 bits (vpmaddubsw), which saturates with full-range 8-bit weights; 7 bits cannot.
 # Measured (zoo ResNet-18-style, random init, agreement with fp32 over 256 images): 0.910 ->
 # 0.973 at the same latency; u8 x u8 (no saturation either) 0.984 but 1.37x slower.
+# Depthwise convs run in onnxruntime's own kernel, exact with 8-bit weights on AVX2 too (random
+# inputs 200-255, weights +-127: off by the output rounding only; dense convs by 52 steps), but
+# 8-bit depthwise weights gained nothing consistent (logit error -7% on a MobileNetV3Small,
+# +3% on an EfficientNetV2B0; agreement -0.6 / -5 pt on the same nets fed [0, 1] images), so
+# every kernel keeps 7 bits.
 REDUCE_RANGE = True
 # onnxruntime's dynamic quantizers but Gather: it would store a table as uint8 with one scale.
 DYNAMIC_OPS = ("Conv", "MatMul", "Gemm", "Attention", "LSTM", "EmbedLayerNormalization")
@@ -57,6 +65,8 @@ def quantize_onnx_static(fp32_path: Path, out_path: Path,
     with tempfile.TemporaryDirectory(prefix="onnx-quant-", dir=Path(out_path).parent) as tmp:
         prepared = preprocessed(Path(fp32_path), Path(tmp) / "prepared.onnx")
         reader = CalibrationFeeds(prepared, calibration)
+        fold_input_affine_file(prepared, reader.get_next() or {})
+        reader.rewind()
         quantizing(lambda: quantize_static(
             str(prepared), str(out_path), reader, quant_format=QuantFormat.QDQ,
             per_channel=True, reduce_range=REDUCE_RANGE, activation_type=QuantType.QUInt8,
