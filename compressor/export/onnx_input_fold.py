@@ -111,8 +111,9 @@ def _fold(proto: Any, name: str, chain: list[Any], convs: list[Any],
     for node in list(proto.graph.node):
         if node.output[0] in dropped:
             continue
-        if node.output[0] in layout:      # a transpose, now on the raw input
-            node.input[0], feed = feed, node.output[0]
+        if node.output[0] in layout:      # a transpose, now of the raw input: renamed so
+            node.input[0] = feed           # the old name never holds other values
+            node.output[0] = feed = f"{node.output[0]}/raw_input"
         folds = node.output[0] in folding
         nodes.append(node)
         if folds:

@@ -11,6 +11,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from support.layer_error import layer_errors
 from support.onnx_vision_nets import mobilenet_like, quadrant_images
 
 onnx = pytest.importorskip("onnx")
@@ -68,12 +69,13 @@ def test_what_the_fold_leaves_alone(net):
 
 
 def test_int8_of_images_the_preprocessing_does_not_expect(net, tmp_path, monkeypatch):
-    """Before (no fold): agreement 0.28, max softmax diff 0.31; after: 0.99, 0.12."""
+    """Before (no fold): agreement 0.28, max softmax diff 0.31, the stem conv's output off by
+    0.125 of its std; after: 0.99, 0.12, 0.016."""
     path, train, val, labels = net
     reference = run(path, val)
     assert np.mean(reference.argmax(1) == labels) == 1.0
     batches = onnx_quant.calibration_batches({"image": train}, 32)
-    scores = {}
+    scores, stem = {}, {}
     for route in ("unfolded", "folded"):
         if route == "unfolded":
             monkeypatch.setattr(onnx_quant, "fold_input_affine_file", lambda *args: [])
@@ -84,8 +86,12 @@ def test_int8_of_images_the_preprocessing_does_not_expect(net, tmp_path, monkeyp
         got = run(out, val)
         scores[route] = (np.mean(got.argmax(1) == reference.argmax(1)),
                          np.abs(softmax(got) - softmax(reference)).max())
+        # where the error enters, read from the file: the stem conv's output "s"
+        errors = layer_errors(path, out, {"image": val})
+        stem[route] = errors["s"]
     assert scores["unfolded"][0] < 0.5 and scores["unfolded"][1] > 0.25, scores
     assert scores["folded"][0] >= 0.97 and scores["folded"][1] < 0.2, scores
+    assert stem["unfolded"] > 0.1 and stem["folded"] < 0.03, stem
     ops = [node.op_type for node in onnx.load(str(tmp_path / "folded.onnx")).graph.node]
     # int8 quantizes the raw image: nothing but Q / DQ and the layout transpose before the stem
     assert set(ops[:ops.index("Conv")]) == {"QuantizeLinear", "DequantizeLinear", "Transpose"}
