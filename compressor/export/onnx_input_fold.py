@@ -26,24 +26,27 @@ LAYOUT_OPS = ("Transpose",)
 TOLERANCE = 1e-4   # max |folded - original| over the conv outputs, relative to their max |value|
 
 
-def fold_input_affine(proto: Any, sample: dict[str, np.ndarray]) -> list[str]:
+def fold_input_affine(proto: Any, sample: dict[str, np.ndarray] | None = None) -> list[str]:
     """Fold each float input's constant affine chain into the convs that read it, in place;
-    `sample`: input name -> a batch to check the fold on. Returns the folded conv names."""
-    from compressor.export.onnx_mixed import drop_unused
-
+    `sample`: input name -> a batch to check the fold on (without one, uniform noise: the
+    fold is algebra, any input checks it). Returns the folded conv names."""
     import onnx
+
+    from compressor.export.onnx_mixed import drop_unused
 
     folded = []
     for value in proto.graph.input:
         tensor = value.type.tensor_type
+        dims = [dim.dim_value if dim.HasField("dim_value") else 0 for dim in tensor.shape.dim]
         # the border map is sized for one image size: non-batch dims must be fixed
-        if (tensor.elem_type != onnx.TensorProto.FLOAT or value.name not in sample
-                or len(tensor.shape.dim) != 4
-                or not all(dim.HasField("dim_value") for dim in tensor.shape.dim[1:])):
+        if tensor.elem_type != onnx.TensorProto.FLOAT or len(dims) != 4 or 0 in dims[1:]:
             continue
         chain = _chain(proto, value.name)
         if chain is not None:
-            folded += _fold(proto, value.name, *chain, sample[value.name])
+            batch = (sample or {}).get(value.name)
+            if batch is None:
+                batch = np.random.default_rng(0).random((2, *dims[1:]), dtype=np.float32)
+            folded += _fold(proto, value.name, *chain, batch)
     if folded:
         drop_unused(proto)   # the replaced weights and the chain's constants
     return folded
