@@ -26,10 +26,13 @@ LAYOUT_OPS = ("Transpose",)
 TOLERANCE = 1e-4   # max |folded - original| over the conv outputs, relative to their max |value|
 
 
-def fold_input_affine(proto: Any, sample: dict[str, np.ndarray] | None = None) -> list[str]:
+def fold_input_affine(proto: Any, sample: dict[str, np.ndarray] | None = None,
+                      narrow: float | None = None) -> list[str]:
     """Fold each float input's constant affine chain into the convs that read it, in place;
     `sample`: input name -> a batch to check the fold on (without one, uniform noise: the
-    fold is algebra, any input checks it). Returns the folded conv names."""
+    fold is algebra, any input checks it); `narrow`: fold only where the sample's typical
+    channel spans less than this fraction of the range its tensor must cover (`narrow_span`).
+    Returns the folded conv names."""
     import onnx
 
     from compressor.export.onnx_mixed import drop_unused
@@ -46,18 +49,19 @@ def fold_input_affine(proto: Any, sample: dict[str, np.ndarray] | None = None) -
             batch = (sample or {}).get(value.name)
             if batch is None:
                 batch = np.random.default_rng(0).random((2, *dims[1:]), dtype=np.float32)
-            folded += _fold(proto, value.name, *chain, batch)
+            folded += _fold(proto, value.name, *chain, batch, narrow)
     if folded:
         drop_unused(proto)   # the replaced weights and the chain's constants
     return folded
 
 
-def fold_input_affine_file(path: Path, sample: dict[str, np.ndarray]) -> list[str]:
+def fold_input_affine_file(path: Path, sample: dict[str, np.ndarray],
+                           narrow: float | None = None) -> list[str]:
     """`fold_input_affine` on the ONNX file at `path`, saved back when something folded."""
     import onnx
 
     proto = onnx.load(str(path))
-    folded = fold_input_affine(proto, sample)
+    folded = fold_input_affine(proto, sample, narrow)
     if folded:
         onnx.save(proto, str(path))
     return folded
@@ -92,9 +96,13 @@ def _chain(proto: Any, name: str) -> tuple[list[Any], list[Any]] | None:
     return chain, convs
 
 
-def _fold(proto: Any, name: str, chain: list[Any], convs: list[Any],
-          sample: np.ndarray) -> list[str]:
+def _fold(proto: Any, name: str, chain: list[Any], convs: list[Any], sample: np.ndarray,
+          narrow: float | None) -> list[str]:
     from onnx import numpy_helper
+
+    if narrow is not None and narrow_span(
+            _run(proto, chain, name, sample.astype(np.float32), chain[-1].output[0])) >= narrow:
+        return []
 
     one = sample[:1].astype(np.float32)
     offset = _run(proto, chain, name, np.zeros_like(one), chain[-1].output[0])
@@ -178,6 +186,15 @@ def _border_map(proto: Any, conv: Any, weight: np.ndarray, b: np.ndarray,
     image = np.broadcast_to(b[None, :, None, None], (1, len(b), *input_shape[2:]))
     return _run(proto, [plain], "image", image.astype(np.float32), "map",
                 {"weight": weight.astype(np.float32)})[0]
+
+
+def narrow_span(values: np.ndarray) -> float:
+    """Median over channels (axis 1) of a channel's span, as a fraction of the range a
+    per-tensor uint8 scale must cover (zero included): 1/128 is 2 of 256 levels."""
+    channels = np.moveaxis(values, 1, 0).reshape(values.shape[1], -1)
+    covered = max(float(values.max()), 0.0) - min(float(values.min()), 0.0)
+    spans = channels.max(axis=1) - channels.min(axis=1)
+    return float(np.median(spans)) / covered if covered > 0 else 1.0
 
 
 def _per_channel(values: np.ndarray) -> np.ndarray | None:

@@ -66,6 +66,11 @@ def test_what_the_fold_leaves_alone(net):
     model = onnx.load(str(path))
     model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "height"   # size unknown
     assert fold_input_affine(model, {"image": train[:8]}) == []
+    # the int8 route folds only a narrow band: images in the [0, 255] the preprocessing expects
+    # span 0.9+ of their range, the [0, 1] ones 0.008
+    model = onnx.load(str(path))
+    assert fold_input_affine(model, {"image": train[:32] * 255}, onnx_quant.NARROW_INPUT) == []
+    assert fold_input_affine(model, {"image": train[:32]}, onnx_quant.NARROW_INPUT) == ["stem"]
 
 
 def test_int8_of_images_the_preprocessing_does_not_expect(net, tmp_path, monkeypatch):
