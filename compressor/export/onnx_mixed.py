@@ -49,7 +49,7 @@ def keep_float_kernels(proto: Any, dtype: str) -> None:
         _feed_float_activation(proto, node)
         if dtype == "float16":
             _store_weight_float16(proto, node)
-    _drop_unused(proto)
+    drop_unused(proto)
 
 
 def restore_float32_weights(proto: Any, originals: dict[str, Any], blocked: set[str]) -> None:
@@ -77,7 +77,7 @@ def restore_float32_weights(proto: Any, originals: dict[str, Any], blocked: set[
     for init in [init for init in graph.initializer if init.name in restored]:
         graph.initializer.remove(init)
         graph.initializer.append(originals[init.name])
-    _drop_unused(proto)
+    drop_unused(proto)
 
 
 def _feed_float_activation(proto: Any, node: Any) -> None:
@@ -121,7 +121,7 @@ def _store_weight_float16(proto: Any, node: Any) -> None:
     nodes.insert(first, cast)
 
 
-def _drop_unused(proto: Any) -> None:
+def drop_unused(proto: Any) -> None:
     """Remove nodes and initializers nothing reads any more (the bypassed Q / DQ pairs)."""
     graph = proto.graph
     outputs = {value.name for value in graph.output}

@@ -1,11 +1,13 @@
 """int8 ONNX from a float32 ONNX file with onnxruntime's own quantization tools, for every
 backend: the file a user gets is the one onnxruntime runs fastest.
 
-- `quantize_onnx_static`: calibrated QDQ, per-channel 7-bit int8 weights (REDUCE_RANGE) and uint8 activations,
-  after `quant_pre_process` (shape inference; BatchNorm folded into its conv, constants
-  folded). onnxruntime fuses each DequantizeLinear -> op -> QuantizeLinear group into an
-  int8 kernel (QLinearConv, QLinearMatMul, QLinearAdd, ...), so Q/DQ sit only where it
-  fuses them. Measured (64x64 resnet18, 1 thread): 0.59 ms vs 2.98 ms float.
+- `quantize_onnx_static`: calibrated QDQ, per-channel 7-bit int8 weights (REDUCE_RANGE) and
+  uint8 activations, after `quant_pre_process` (shape inference; BatchNorm folded into its
+  conv, constants folded) and with in-model input preprocessing folded into the first convs
+  (onnx_input_fold.py: int8 then quantizes the raw input, not a narrow offset band).
+  onnxruntime fuses each DequantizeLinear -> op -> QuantizeLinear group into an int8 kernel
+  (QLinearConv, QLinearMatMul, QLinearAdd, ...), so Q/DQ sit only where it fuses them.
+  Measured (64x64 resnet18, 1 thread): 0.59 ms vs 2.98 ms float.
 - `quantize_onnx_dynamic`: int8 weights, activations quantized per batch at run time
   (MatMulInteger / ConvInteger): the transformer / RNN route. Constants are folded first, so
   weights a converter stores behind Transpose / Reshape are initializers ORT can quantize; with
@@ -26,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from compressor.errors import DataError
+from compressor.export.onnx_input_fold import fold_input_affine_file
 from compressor.export.onnx_prepare import prepared_names, preprocessed, quantizing
 
 # Symmetric int8 weights (zero point 0, so pruned zeros stay exact zeros) are ORT's default
@@ -35,7 +38,19 @@ STATIC_OPTIONS = {"WeightSymmetric": True, "ActivationSymmetric": False}
 # 16 bits (vpmaddubsw), which saturates with full-range 8-bit weights; 7 bits cannot.
 # Measured (zoo ResNet-18-style, random init, agreement with fp32 over 256 images): 0.910 ->
 # 0.973 at the same latency; u8 x u8 (no saturation either) 0.984 but 1.37x slower.
+# Depthwise convs run in onnxruntime's own kernel, exact with 8-bit weights on AVX2 too (random
+# inputs 200-255, weights +-127: off by the output rounding only; dense convs by 52 steps), but
+# 8-bit depthwise weights gained nothing consistent (logit error -7% on a MobileNetV3Small,
+# +3% on an EfficientNetV2B0; agreement -0.6 / -5 pt on the same nets fed [0, 1] images), so
+# every kernel keeps 7 bits.
 REDUCE_RANGE = True
+# In-model input preprocessing is folded into the first convs (onnx_input_fold.py) only where
+# the first calibration batch leaves the typical channel of its output under 1/16 of the
+# uint8 range (16 levels): keras.applications nets fed [0, 1] images show 0.008, fed the
+# [0, 255] they expect 0.9+. Where inputs are well spread the fold's border map costs one more
+# rounding (EfficientNetV2B0, [0, 255]: max softmax diff 0.140 -> 0.266), so the file stays
+# as it was.
+NARROW_INPUT = 1 / 16
 # onnxruntime's dynamic quantizers but Gather: it would store a table as uint8 with one scale.
 # 7-bit weights for dynamic int8 too: run-time uint8 activations of a Relu / GELU output fill
 # 0..255, so the same u8 x s8 pair sums saturate on AVX2 without VNNI. Measured (a random
@@ -64,6 +79,8 @@ def quantize_onnx_static(fp32_path: Path, out_path: Path,
     with tempfile.TemporaryDirectory(prefix="onnx-quant-", dir=Path(out_path).parent) as tmp:
         prepared = preprocessed(Path(fp32_path), Path(tmp) / "prepared.onnx")
         reader = CalibrationFeeds(prepared, calibration)
+        fold_input_affine_file(prepared, reader.get_next() or {}, NARROW_INPUT)
+        reader.rewind()
         quantizing(lambda: quantize_static(
             str(prepared), str(out_path), reader, quant_format=QuantFormat.QDQ,
             per_channel=True, reduce_range=REDUCE_RANGE, activation_type=QuantType.QUInt8,
