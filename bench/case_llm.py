@@ -23,9 +23,9 @@ from bench.sides import ARTIFACTS, BENCH_RECIPES
 
 WORK = ARTIFACTS / "llm"
 LABELS = ("ours_int4", "ours_fp32", "builder_int4")
-RECIPES = {"ours_int4": "int4", "ours_fp32": str(BENCH_RECIPES / "fp32_lm.yaml")}
+RECIPES = {"ours_int4": "int4", "ours_fp32": str(BENCH_RECIPES / "fp32_lm_mid.yaml")}
 MID_RECIPES = {"ours_int4": str(BENCH_RECIPES / "int4_rtn_mid.yaml"),
-               "ours_fp32": str(BENCH_RECIPES / "fp32_lm.yaml")}
+               "ours_fp32": str(BENCH_RECIPES / "fp32_lm_mid.yaml")}
 BIG_RECIPES = {"rtn": BENCH_RECIPES / "int4_rtn_1b.yaml", "gptq": BENCH_RECIPES / "int4_gptq_1b.yaml"}
 # GPTQ on the 1B model's 16 layers: minutes on a free 2-core box, far more on a loaded one;
 # BENCH_LLM_GPTQ=1 adds it to the run (the RTN run is always made).
