@@ -13,9 +13,14 @@ import numpy as np
 from compressor.kernel_ops import TFLITE_KERNEL_INPUTS
 
 
+# float16 files also store embedding tables (GATHER's params) as float16, as the converter does.
+FLOAT16_WEIGHT_INPUTS = {**TFLITE_KERNEL_INPUTS, "GATHER": (0,)}
+
+
 def float16_weights(content: bytes, chosen: Callable[[str], bool]) -> bytes:
-    """Store the float32 weights of the conv / dense ops `chosen(weight tensor name)` picks as
-    float16, each behind a DEQUANTIZE op that restores float32 at load time."""
+    """Store the float32 weights of the conv / dense / gather ops `chosen(weight tensor name)`
+    picks as float16, each behind a DEQUANTIZE op that restores float32 at load time; every
+    other constant (biases, in-model preprocessing, norms) stays float32."""
     from tensorflow.lite.python import schema_py_generated as schema
     from tensorflow.lite.tools import flatbuffer_utils
 
@@ -25,7 +30,7 @@ def float16_weights(content: bytes, chosen: Callable[[str], bool]) -> bytes:
         operators = []
         for op in graph.operators:
             name = flatbuffer_utils.opcode_to_name(model, op.opcodeIndex)
-            for index in TFLITE_KERNEL_INPUTS.get(name, ()):
+            for index in FLOAT16_WEIGHT_INPUTS.get(name, ()):
                 if index < len(op.inputs) and chosen(graph.tensors[op.inputs[index]].name.decode()):
                     operators += _float16_weight(model, graph, op, index, dequantize, schema)
             operators.append(op)

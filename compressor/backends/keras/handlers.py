@@ -45,8 +45,9 @@ def _tflite_float32(backend: Any, state: ModelState, scheme: Float32, path: Path
 
 
 @export_handler(Float16, KIND, "tflite",
-                made_by="TFLiteConverter float16 weights (excluded layers' weights kept "
-                        "float32), float32 I/O")
+                made_by="TFLiteConverter float32, conv / dense weights and embedding tables "
+                        "then stored float16 (excluded layers' kept float32); other constants "
+                        "and I/O float32")
 def _tflite_float16(backend: Any, state: ModelState, scheme: Float16, path: Path,
                     ctx: Context) -> Path:
     import compressor.backends.keras.tflite as tflite

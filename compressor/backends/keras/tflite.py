@@ -60,10 +60,21 @@ def float32_tflite(model: Any, ctx: Context) -> bytes:
 
 
 def float16_tflite(model: Any, scheme: Float16, ctx: Context) -> bytes:
-    """float16 weights, float32 I/O; the `exclude`d layers' weights stay float32."""
-    if scheme.exclude:
-        return _float16_except(model, scheme, ctx)
-    return _convert(model, ctx, "float16", _float16_settings(scheme))
+    """float16 conv / dense weights and embedding tables (but the `exclude`d layers'), float32
+    I/O and every other constant float32. The converter's own float16 option rounds every
+    constant, in-model preprocessing too: keras.applications' Rescaling / Normalization
+    constants in float16 shift the narrow band images in [0, 1] become (EfficientNetV2B0: 0.951
+    vs 0.963 float), so the float32 file's weights are stored as float16 here instead."""
+    from compressor.backends.keras.mixed import kernel_layer_names, layer_of
+    from compressor.export.tflite import float16_weights
+
+    if not scheme.keep_io_types:
+        raise BackendUnavailableError("TFLite float16 artifacts always keep float32 inputs and "
+                                      "outputs; set keep_io_types: true or export onnx only")
+    kernels = kernel_layer_names(model)
+    excluded = excluded_layers(kernels, scheme.exclude) if scheme.exclude else []
+    content = float32_tflite(model, ctx)
+    return float16_weights(content, lambda weight: layer_of(weight, kernels) not in excluded)
 
 
 def int8_weights_tflite(model: Any, scheme: Int8Scheme, ctx: Context) -> bytes:
@@ -126,20 +137,6 @@ def _mixed_int8(state: ModelState, scheme: Int8Scheme, ctx: Context, cache: Conv
     return mixed_int8_tflite(state, scheme, ctx, calibrated)
 
 
-def _float16_except(model: Any, scheme: Float16, ctx: Context) -> bytes:
-    """float16 weights but for the `exclude`d layers: the converter has no per-layer option,
-    so the float32 model's other conv / dense weights are stored as float16 afterwards (the
-    form the converter gives them). Biases and other constants stay float32."""
-    from compressor.backends.keras.mixed import kernel_layer_names, layer_of
-    from compressor.export.tflite import float16_weights
-
-    _float16_settings(scheme)   # the same refusals as a plain float16 conversion
-    kernels = kernel_layer_names(model)
-    excluded = excluded_layers(kernels, scheme.exclude)
-    content = _convert(model, ctx, "float32", lambda converter, tf: None)
-    return float16_weights(content, lambda weight: layer_of(weight, kernels) not in excluded)
-
-
 def excluded_layers(layers: list[str], patterns: tuple[str, ...]) -> list[str]:
     """The layers `exclude` patterns (fnmatch, e.g. "dense*") name; a pattern naming none is
     almost always a typo, so it is refused."""
@@ -150,18 +147,6 @@ def excluded_layers(layers: list[str], patterns: tuple[str, ...]) -> list[str]:
         raise RecipeError(f"precision exclude pattern(s) {', '.join(map(repr, unmatched))} match "
                           f"no conv / dense layer; the layers are: {', '.join(layers)}")
     return [name for name in layers if any(fnmatch.fnmatch(name, p) for p in patterns)]
-
-
-def _float16_settings(scheme: Float16):
-    if not scheme.keep_io_types:
-        raise BackendUnavailableError("TFLite float16 artifacts always keep float32 inputs and "
-                                      "outputs; set keep_io_types: true or export onnx only")
-
-    def configure(converter: Any, tf: Any) -> None:
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        converter.target_spec.supported_types = [tf.float16]
-
-    return configure
 
 
 def _convert(model: Any, ctx: Context, kind: str, configure) -> bytes:
