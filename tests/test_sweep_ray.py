@@ -65,7 +65,8 @@ def test_ray_sweep_matches_serial_rows_and_bytes(untrained_keras_file, tmp_path,
     assert list(on_ray["recipe"]) == ["fp16", "fp16", "int8", "int8", str(impossible)]
     compared = ["recipe", "format", "path", "size_bytes", "metric_value", "sparsity", "passed",
                 "error"]
-    assert on_ray[compared].equals(serial[compared])
+    assert on_ray[compared].equals(serial[compared]), (on_ray[compared].to_dict("records"),
+                                                       serial[compared].to_dict("records"))
     assert _artifact_digests(on_ray, tmp_path / "ray") == _artifact_digests(serial,
                                                                            tmp_path / "serial")
     failed = on_ray.iloc[-1]
