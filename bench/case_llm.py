@@ -295,12 +295,13 @@ def section(llm: dict, results: dict) -> list[str]:
 
 def _mid_lines(mid: dict) -> list[str]:
     model, rows = mid.get("model") or {}, mid.get("rows", {})
+    scoring = mid.get("scoring") or {}
+    when = scoring.get("note") or f"load average {scoring.get('loadavg_at_scoring')} at scoring"
     lines = [f"Decode speed where the weights do not fit the caches: random-init Llama "
              f"{model.get('config')} ({fmt(model.get('params'))} params, SmolLM-135M's shape) saved "
              "in bfloat16, the same three folders (ours: bench/recipes/int4_rtn_mid.yaml, "
-             "round to nearest; fp32_lm.yaml), scored the same way (perplexity of random weights "
-             f"means nothing here); load average {(mid.get('scoring') or {}).get('loadavg_at_scoring')}"
-             " at scoring.", ""]
+             "round to nearest; fp32_lm_mid.yaml), scored the same way (perplexity of random "
+             f"weights means nothing here); {when}.", ""]
     return lines + table(["artifact", "bytes", "4-bit share", "threads", "decode tok/s",
                           "prefill ms", "peak RSS B"],
                          [[label, r.get("size_bytes"), r.get("int4_share"), r.get("threads"),
