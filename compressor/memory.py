@@ -101,6 +101,18 @@ def peak_rss_bytes() -> int:
     return max(peaks)
 
 
+def own_peak_rss_bytes() -> int:
+    """This process's peak RSS since it started its program: VmHWM (Linux), which exec resets;
+    getrusage's ru_maxrss survives exec, so a child forked from a large compress process would
+    report that process's size (the fallback elsewhere)."""
+    try:
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) * 1024 for line in status
+                        if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def rss_of(pid: int) -> int:
     """Resident bytes of `pid` now (0 once it is gone)."""
     try:

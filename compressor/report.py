@@ -80,19 +80,13 @@ def _add_language_model_keys(report: dict[str, Any], session: Session, validatio
     """baseline.perplexity, the gate's allowed increase, the context the KV caches are sized
     to, and the peak RSS this run needed (this process and its children summed, sampled)."""
     from compressor.gate import allowed_increase
+    from compressor.memory import peak_rss_bytes
 
     report["baseline"]["perplexity"] = session.ctx.baseline_value
     report["baseline"]["fp16_bytes"] = 2 * session.info.params   # the ratio's denominator
     report["gate"]["max_increase"] = allowed_increase(validation)
     report["context"] = session.ctx.context
     report["compress_peak_rss_bytes"] = peak_rss_bytes()
-
-
-def peak_rss_bytes() -> int:
-    """The peak of this process's and its children's summed RSS (compressor/memory.py)."""
-    from compressor.memory import peak_rss_bytes as tree_peak
-
-    return tree_peak()
 
 
 def write_report(report: dict[str, Any], folder: Path) -> None:

@@ -49,7 +49,7 @@ def smoothed(prepared: Path, feeds: Sequence[dict[str, np.ndarray]],
     groups = smoothing_groups(proto, exclude_nodes)
     if not groups:
         return prepared
-    peaks = activation_peaks(prepared, feeds, list(groups))
+    peaks = activation_peaks(proto, feeds, list(groups))
     groups = {name: nodes for name, nodes in groups.items()
               if peaks[name].max() >= OUTLIER_RATIO * max(float(np.median(peaks[name])), 1e-12)}
     if not groups:
@@ -75,13 +75,15 @@ def smoothing_groups(proto: Any, exclude_nodes: Collection[str] = ()) -> dict[st
     return groups
 
 
-def activation_peaks(path: Path, batches: Sequence[dict[str, np.ndarray]],
+def activation_peaks(model: Any, batches: Sequence[dict[str, np.ndarray]],
                      names: Sequence[str]) -> dict[str, np.ndarray]:
-    """max |value| per channel (the last axis) of each named tensor over the batches."""
+    """max |value| per channel (the last axis) of each named tensor of `model` (left as it
+    is) over the batches."""
     import onnx
     import onnxruntime as ort
 
-    proto = onnx.load(str(path))
+    proto = type(model)()
+    proto.CopyFrom(model)
     present = {value.name for value in proto.graph.output}
     proto.graph.output.extend(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None)
                               for name in names if name not in present)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import time
@@ -19,22 +18,9 @@ from collections.abc import Callable
 from typing import Any
 
 from compressor.errors import ModelLoadError
+from compressor.memory import own_peak_rss_bytes
 
 PREFILL_REPEATS = 3
-
-
-def peak_rss_bytes() -> int:
-    """This process's peak RSS since it started the program: VmHWM (Linux), which exec
-    resets; getrusage's ru_maxrss is kept across exec, so a child forked from a large
-    compress process would report that process's size."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def fitting_counts(context: int, prefill: int, decode: int) -> tuple[int, int]:
@@ -59,7 +45,7 @@ def timed(reset: Callable[[], Any], prefill: Callable[[], Any], decode_step: Cal
     seconds = time.perf_counter() - start
     return {"prefill_ms": round(min(times) * 1000, 3),
             "decode_tokens_per_s": round(decode / seconds, 3),
-            "peak_rss_bytes": peak_rss_bytes(), "threads": threads,
+            "peak_rss_bytes": own_peak_rss_bytes(), "threads": threads,
             "prefill_tokens": int(prefill_tokens), "decode_tokens": int(decode)}
 
 

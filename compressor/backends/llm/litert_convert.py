@@ -18,9 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import sys
 import time
+
+from compressor.memory import own_peak_rss_bytes
 
 UNSUPPORTED = 3   # exit code: the family / config is not one this route converts
 
@@ -100,17 +101,6 @@ def convert(folder: str, out: str, prefill_lengths: list[int], context: int) -> 
     mu_pass_lib.update_model(converted).export(out)
 
 
-def _peak_rss_bytes() -> int:
-    """VmHWM: getrusage's ru_maxrss survives exec, so it would count the compress process
-    this child was forked from."""
-    try:
-        with open("/proc/self/status") as status:
-            return next(int(line.split()[1]) * 1024 for line in status
-                        if line.startswith("VmHWM:"))
-    except (OSError, StopIteration):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder")
@@ -127,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}", file=sys.stderr)
         return UNSUPPORTED
     print(json.dumps({"seconds": round(time.perf_counter() - start, 2),
-                      "peak_rss_bytes": _peak_rss_bytes()}))
+                      "peak_rss_bytes": own_peak_rss_bytes()}))
     return 0
 
 
