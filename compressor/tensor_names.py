@@ -8,6 +8,7 @@ hundreds of characters), the TensorFlow scope (`model/embedding/embedding_lookup
 """
 from __future__ import annotations
 
+import fnmatch
 import re
 
 MAX_CHARS = 60
@@ -57,6 +58,26 @@ def short_path(name: str) -> str:
     if len(parts) > 1:
         parts = parts[1:]   # the model's own scope comes first: model/dense/MatMul
     return "/".join(parts)
+
+
+def in_layer(name: str, pattern: str) -> bool:
+    """Whether a TensorFlow-named tensor or node (`model/layer/op`, several such paths joined
+    by ';' where a converter fused ops: TFLite tensors, tf2onnx nodes) belongs to a layer
+    named `pattern` (fnmatch). Layer names may hold '/' themselves (keras.applications'
+    MobileNetV3 has a stem "Conv" and nine "expanded_conv_N/squeeze_excite/Conv"), so the
+    pattern must match whole parts right after the model's scope: "Conv" is the stem's only."""
+    want = pattern.split("/")
+    for path in re.sub(r":\d+$", "", name).split(";"):
+        parts = [part for part in path.split("/") if part not in WRAPPERS][1:]
+        if len(parts) > len(want) and all(
+                fnmatch.fnmatchcase(part, wanted) for part, wanted in zip(parts, want)):
+            return True
+    return False
+
+
+def glob_escaped(name: str) -> str:
+    """`name` as an fnmatch pattern that matches only itself."""
+    return re.sub(r"([*?[])", r"[\1]", name)
 
 
 def _capped(text: str) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from compressor.errors import BackendUnavailableError, RecipeError, first_line
+from compressor.tensor_names import in_layer
 
 
 def save_checked_onnx(proto: Any, path: Path, log: Path) -> Path:
@@ -117,16 +118,20 @@ def _casts_match_their_outputs(proto: Any) -> None:
 
 
 def names_layer(node: Any, pattern: str) -> bool:
-    """A node belongs to a layer if its whole name matches, or a part of its `model/layer/op`
-    path (tf2onnx; fused names joined by ';'), or a module path torch.onnx recorded for it
-    (e.g. 'head.3')."""
+    """A node belongs to a layer if its whole name matches; or, named by torch.onnx
+    ('/head/head.3/Gemm', each part a whole module path), if a part matches or a module path
+    torch.onnx recorded for it (e.g. 'head.3'); or, named by tf2onnx (`model/layer/op`), if
+    its layer part does (tensor_names.in_layer: Keras layer names may hold '/')."""
     import ast
 
-    parts = [part for path in node.name.split(";") for part in path.split("/")]
-    for prop in node.metadata_props:
-        if prop.key == "pkg.torch.onnx.name_scopes" and prop.value.startswith("["):
-            parts += [str(scope) for scope in ast.literal_eval(prop.value)]
-    return fnmatch.fnmatch(node.name, pattern) or any(fnmatch.fnmatch(p, pattern) for p in parts)
+    if fnmatch.fnmatch(node.name, pattern):
+        return True
+    scopes = [str(scope) for prop in node.metadata_props
+              if prop.key == "pkg.torch.onnx.name_scopes" and prop.value.startswith("[")
+              for scope in ast.literal_eval(prop.value)]
+    if scopes or node.name.startswith("/"):
+        return any(fnmatch.fnmatch(p, pattern) for p in [*node.name.split("/"), *scopes])
+    return in_layer(node.name, pattern)
 
 
 def require_dynamic_batch(proto: Any) -> None:

@@ -19,6 +19,7 @@ from compressor.errors import BackendUnavailableError, first_line
 from compressor.export.tflite import float16_weights
 from compressor.kernel_ops import TFLITE_KERNEL_INPUTS
 from compressor.quiet import captured_native_output
+from compressor.tensor_names import glob_escaped, in_layer
 
 if TYPE_CHECKING:
     from compressor.context import Context, ModelState
@@ -39,13 +40,10 @@ def kernel_layer_names(model: Any) -> list[str]:
 
 
 def layer_of(tensor_name: str, layers: tuple[str, ...] | list[str]) -> str | None:
-    """The layer of `layers` a TFLite tensor comes from. Tensor names are `model/layer/op`
-    paths (several joined by ';' when the converter fused ops), and layer names may hold '/'
-    themselves (keras.applications' MobileNetV3 has "Conv" and nine
-    "expanded_conv_N/squeeze_excite/Conv"): a layer matches as whole path parts, and the
-    longest match wins, so pass every kernel layer and compare the result."""
-    paths = [f"/{path}/" for path in tensor_name.split(";")]
-    found = [layer for layer in layers if any(f"/{layer}/" in path for path in paths)]
+    """The layer of `layers` a TFLite tensor comes from (tensor_names.in_layer; where one
+    layer's name starts another's, "a" and "a/b", the longest wins), so pass every kernel
+    layer and compare the result."""
+    found = [layer for layer in layers if in_layer(tensor_name, glob_escaped(layer))]
     return max(found, key=len, default=None)
 
 

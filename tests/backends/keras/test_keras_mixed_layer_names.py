@@ -1,8 +1,9 @@
-"""Layers kept float by the int8 fallback are found by name in the TFLite file. Layer names may
-hold '/' (keras.applications' MobileNetV3: a stem "Conv" and nine
+"""Layers kept float by the int8 fallback are found by name in the TFLite file and the ONNX
+graph. Layer names may hold '/' (keras.applications' MobileNetV3: a stem "Conv" and nine
 "expanded_conv_N/squeeze_excite/Conv"): matching path parts one by one made "Conv" claim
 every squeeze-excite conv, so `mixed_int8_fp16` kept 10 conv ops float for one layer and was
-refused ("kept 10 conv/dense op(s) in float") although plain int8 is 99% int8."""
+refused ("kept 10 conv/dense op(s) in float") although plain int8 is 99% int8. In ONNX the
+same slip also left "expanded_conv/depthwise" int8: a name holding '/' matched no node."""
 from __future__ import annotations
 
 import pytest
@@ -30,6 +31,26 @@ KERNELS = ["Conv", "expanded_conv/depthwise", "expanded_conv/squeeze_excite/Conv
 ])
 def test_a_tensor_belongs_to_the_longest_layer_path_it_holds(tensor, layer):
     assert layer_of(tensor, KERNELS) == layer
+
+
+@pytest.mark.parametrize("node, pattern, belongs", [
+    ("MobilenetV3small/Conv/Conv2D", "Conv", True),
+    ("MobilenetV3small/expanded_conv/squeeze_excite/Conv/BiasAdd", "Conv", False),
+    ("MobilenetV3small/expanded_conv/squeeze_excite/Conv/BiasAdd",
+     "expanded_conv/squeeze_excite/Conv", True),
+    ("MobilenetV3small/expanded_conv/depthwise/depthwise", "expanded_conv/depthwise", True),
+    ("MobilenetV3small/expanded_conv_1/depthwise/depthwise", "expanded_conv/depthwise", False),
+    ("MobilenetV3small/expanded_conv_1/project/Conv2D", "expanded_conv*", True),
+    ("model/dense_1/MatMul;model/dense_1/BiasAdd", "dense*", True),
+    ("/head/head.3/Gemm", "head.3", True),       # torch.onnx: each part a whole module path
+    ("/head/head.3/Gemm", "head", True),
+])
+def test_an_onnx_node_belongs_to_the_layer_its_path_names(node, pattern, belongs):
+    from onnx import helper
+
+    from compressor.export.onnx import names_layer
+
+    assert names_layer(helper.make_node("Conv", ["x", "w"], ["y"], name=node), pattern) is belongs
 
 
 @pytest.mark.slow
