@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from compressor.export.input_band import narrow_span
+
 AFFINE_OPS = ("Mul", "Add", "Sub", "Div")
 LAYOUT_OPS = ("Transpose",)
 TOLERANCE = 1e-4   # max |folded - original| over the conv outputs, relative to their max |value|
@@ -33,7 +35,8 @@ def fold_input_affine(proto: Any, sample: dict[str, np.ndarray] | None = None,
     """Fold each float input's constant affine chain into the convs that read it, in place;
     `sample`: input name -> a batch to check the fold on (without one, uniform noise: the
     fold is algebra, any input checks it); `narrow`: fold only where the sample's typical
-    channel spans less than this fraction of the range its tensor must cover (`narrow_span`).
+    channel spans less than this fraction of the range its tensor must cover
+    (input_band.narrow_span).
     Returns the folded conv names."""
     import onnx
 
@@ -187,15 +190,6 @@ def _border_map(proto: Any, conv: Any, weight: np.ndarray, b: np.ndarray,
     image = np.broadcast_to(b[None, :, None, None], (1, len(b), *input_shape[2:]))
     return _run(proto, [plain], "image", image.astype(np.float32), "map",
                 {"weight": weight.astype(np.float32)})[0]
-
-
-def narrow_span(values: np.ndarray) -> float:
-    """Median over channels (axis 1) of a channel's span, as a fraction of the range a
-    per-tensor uint8 scale must cover (zero included): 1/128 is 2 of 256 levels."""
-    channels = np.moveaxis(values, 1, 0).reshape(values.shape[1], -1)
-    covered = max(float(values.max()), 0.0) - min(float(values.min()), 0.0)
-    spans = channels.max(axis=1) - channels.min(axis=1)
-    return float(np.median(spans)) / covered if covered > 0 else 1.0
 
 
 def _per_channel(values: np.ndarray) -> np.ndarray | None:

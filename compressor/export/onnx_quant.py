@@ -4,7 +4,8 @@ backend: the file a user gets is the one onnxruntime runs fastest.
 - `quantize_onnx_static`: calibrated QDQ, per-channel 7-bit int8 weights (REDUCE_RANGE) and
   uint8 activations, after `quant_pre_process` (shape inference; BatchNorm folded into its
   conv, constants folded) and with in-model input preprocessing folded into the first convs
-  (onnx_input_fold.py: int8 then quantizes the raw input, not a narrow offset band).
+  (onnx_input_fold.py, where the first calibration batch shows a narrow band:
+  input_band.py; int8 then quantizes the raw input, not the band).
   onnxruntime fuses each DequantizeLinear -> op -> QuantizeLinear group into an int8 kernel
   (QLinearConv, QLinearMatMul, QLinearAdd, ...), so Q/DQ sit only where it fuses them.
   Measured (64x64 resnet18, 1 thread): 0.59 ms vs 2.98 ms float.
@@ -28,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from compressor.errors import DataError
+from compressor.export.input_band import NARROW_INPUT
 from compressor.export.onnx_input_fold import fold_input_affine_file
 from compressor.export.onnx_prepare import prepared_names, preprocessed, quantizing
 
@@ -44,13 +46,6 @@ STATIC_OPTIONS = {"WeightSymmetric": True, "ActivationSymmetric": False}
 # +3% on an EfficientNetV2B0; agreement -0.6 / -5 pt on the same nets fed [0, 1] images), so
 # every kernel keeps 7 bits.
 REDUCE_RANGE = True
-# In-model input preprocessing is folded into the first convs (onnx_input_fold.py) only where
-# the first calibration batch leaves the typical channel of its output under 1/16 of the
-# uint8 range (16 levels): keras.applications nets fed [0, 1] images show 0.008, fed the
-# [0, 255] they expect 0.9+. Where inputs are well spread the fold's border map costs one more
-# rounding (EfficientNetV2B0, [0, 255]: max softmax diff 0.140 -> 0.266), so the file stays
-# as it was.
-NARROW_INPUT = 1 / 16
 # onnxruntime's dynamic quantizers but Gather: it would store a table as uint8 with one scale.
 # 7-bit weights for dynamic int8 too: run-time uint8 activations of a Relu / GELU output fill
 # 0..255, so the same u8 x s8 pair sums saturate on AVX2 without VNNI. Measured (a random

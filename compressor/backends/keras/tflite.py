@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from compressor.backends.keras.env import import_tensorflow
+from compressor.backends.keras.input_fold import input_folded
 from compressor.backends.keras.io import original_names
 from compressor.backends.training_data import calibration_samples
 from compressor.backends.keras.recurrent import unrolled_for_tflite
@@ -87,13 +89,15 @@ def int8_weights_tflite(model: Any, scheme: Int8Scheme, ctx: Context) -> bytes:
 def ptq_tflite(state: ModelState, scheme: Int8Scheme, ctx: Context,
                cache: ConversionCache) -> bytes:
     """Full int8 calibrated on `calibration_samples` training inputs (cached per model);
-    `state.float_layers` stay float."""
+    `state.float_layers` stay float. In-model input preprocessing the samples leave a narrow
+    band is folded into the stem conv first (input_fold.py)."""
     def make() -> bytes:
         samples = calibration_inputs(state.model, ctx, scheme.calibration_samples)
         configure = _int8_settings(scheme, samples, ctx)
+        folded = replace(state, model=input_folded(state.model, samples))
         if scheme.fallback == "auto" or state.float_layers:
-            return _mixed_int8(state, scheme, ctx, cache, configure)
-        return _convert(state.model, ctx, f"int8 {scheme.name}", configure)
+            return _mixed_int8(folded, scheme, ctx, cache, configure)
+        return _convert(folded.model, ctx, f"int8 {scheme.name}", configure)
 
     return cache.get(state.model, ("int8", scheme, state.float_layers), make)
 

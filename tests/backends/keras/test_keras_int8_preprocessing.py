@@ -37,3 +37,87 @@ def test_unit_images_reach_the_stem_conv_raw(tmp_path):
     assert set(ops[:ops.index("Conv")]) == {"QuantizeLinear", "DequantizeLinear", "Transpose"}
     ops = _int8_onnx_ops(raw, tmp_path / "raw")
     assert {"Mul", "Add"} & set(ops[:ops.index("Conv")]), ops[:ops.index("Conv")]
+
+
+def _tflite_ops(path) -> list[str]:
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=str(path))
+    return [op["op_name"] for op in interpreter._get_ops_details()]
+
+
+def _int8_tflite(model, data: Data, folder, fold: bool = True):
+    from compressor.backends.keras import KerasBackend, input_fold
+    from compressor.context import ModelState
+    from compressor.export.int8 import export_checked
+    from compressor.schemes import Int8Static, apply_scheme
+    from compressor.steps import QuantizeConfig
+
+    backend = KerasBackend()
+    ctx = helpers.context(data, folder / "work")
+    config = QuantizeConfig(mode="ptq", calibration_samples=64)
+    state = apply_scheme(backend, ModelState(model=model),
+                         Int8Static.from_step(config), ctx).after(config)
+    if not fold:
+        input_fold._FOLDED[model] = model    # what the route did before the fold
+    try:
+        return export_checked(backend, state, "tflite", folder / "model.tflite", ctx)
+    finally:
+        input_fold._FOLDED.pop(model, None)
+
+
+def test_the_keras_fold_is_exact_with_its_border_map():
+    """Rescaling + Normalization + the stem conv ('same' padding, stride 2) + its BatchNorm
+    become one conv plus a border map: the folded model computes what the original does."""
+    import numpy as np
+
+    from compressor.backends.keras.input_fold import input_folded
+
+    model = kal.applications_like()
+    raw = kal.quadrant_data(train=32, val=8)
+    unit = raw.train[0] / 255.0
+    folded = input_folded(model, {"input": unit})
+    assert folded is not model
+    kinds = [type(layer).__name__ for layer in folded.layers]
+    assert "Rescaling" not in kinds and "Normalization" not in kinds
+    # the preprocessing and the stem BatchNorm are identities now
+    assert kinds[1:5] == ["Activation", "Activation", "BorderConv2D", "Activation"]
+    want, got = np.asarray(model(unit)), np.asarray(folded(unit))
+    assert np.abs(got - want).max() < 1e-4 * np.abs(want).max()
+    assert input_folded(model, {"input": unit}) is folded         # once per model
+    # images in the [0, 255] the preprocessing expects are not a narrow band: no fold
+    other = kal.applications_like(seed=1)
+    assert input_folded(other, {"input": raw.train[0]}) is other
+
+
+@pytest.mark.slow
+def test_tflite_int8_of_unit_images_quantizes_the_raw_image(tmp_path):
+    """TFLiteConverter quantized the preprocessed band (rescaling MUL / ADD, 2 of 256 levels);
+    with the fold the stem CONV_2D reads the quantized raw image, and the int8 file follows the
+    float model more closely: max logit error 5.99 -> 2.77 (keras.applications MobileNetV3Small
+    at 64x64 on [0, 1] images: accuracy 0.54 -> 0.63, float 1.0)."""
+    import numpy as np
+
+    from compressor.backends.keras.io import predict
+
+    raw = kal.quadrant_data(train=256, val=128)
+    unit = Data(train=(raw.train[0] / 255.0, raw.train[1]), val=(raw.val[0] / 255.0, raw.val[1]))
+    model = kal.trained(unit, epochs=8)
+    reference = np.asarray(predict(model, unit.val[0]))
+    results = {}
+    for fold in (False, True):
+        path = _int8_tflite(model, unit, tmp_path / f"fold{fold}", fold)
+        ops = _tflite_ops(path)
+        got = _run_tflite(path, unit.val[0])
+        results[fold] = (ops[:ops.index("CONV_2D")], float(np.abs(got - reference).max()),
+                         float(np.mean(got.argmax(1) == reference.argmax(1))))
+    assert results[True][0] == ["QUANTIZE"], results
+    assert "MUL" in results[False][0], results
+    assert results[True][1] < 0.7 * results[False][1], results
+    assert results[True][2] >= results[False][2], results
+
+
+def _run_tflite(path, x):
+    from compressor.runtimes import open_runtime
+
+    return open_runtime(path, threads=1).predict(x)
