@@ -86,3 +86,9 @@ def trained(data: Data, epochs: int = 10, seed: int = 0) -> Any:
     from support import keras_models as km
 
     return km.train(applications_like(seed), data, epochs=epochs, lr=3e-3, seed=seed)
+
+
+def unit_images(data: Data) -> Data:
+    """The images scaled to [0, 1]: what many pipelines feed, not what a keras.applications
+    net's Rescaling expects ([0, 255])."""
+    return Data(train=(data.train[0] / 255.0, data.train[1]), val=(data.val[0] / 255.0, data.val[1]))

@@ -75,3 +75,12 @@ def original_names(model: Any, ctx: Any) -> dict[str, str]:
     ours = [*model.input_names, *model.output_names]   # what converters name the I/O after
     theirs = [spec.name for spec in (*ctx.inputs, *ctx.outputs)]
     return dict(zip(ours, theirs)) if len(ours) == len(theirs) else {}
+
+
+def calibration_inputs(model: Any, ctx: Any, count: int) -> dict[str, np.ndarray]:
+    """`count` training inputs per model input name, each in that input's dtype."""
+    from compressor.backends.training_data import calibration_samples
+
+    arrays = matched(calibration_samples(ctx, count), list(model.input_names))
+    return {name: array.astype(tensor.dtype.as_numpy_dtype)
+            for name, array, tensor in zip(model.input_names, arrays, model.inputs)}

@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from compressor.backends.keras.env import import_tf_keras, import_tfmot
+from compressor.backends.keras.input_fold import input_folded
+from compressor.backends.keras.io import calibration_inputs
 from compressor.backends.keras.load import clone_keras_model
 from compressor.backends.keras.train import fine_tune
 from compressor.backends.training_data import steps_per_epoch
@@ -18,6 +20,7 @@ if TYPE_CHECKING:
     from compressor.steps import QuantizeConfig
 
 MASK_UPDATES = 10   # how many times the pruning mask is recomputed while sparsity ramps up
+FOLD_CHECK_SAMPLES = 32   # training inputs that tell whether the stem reads a narrow band
 
 
 def pruned_model(state: ModelState, config: PruneConfig, ctx: Context) -> Any:
@@ -42,7 +45,9 @@ def pruned_model(state: ModelState, config: PruneConfig, ctx: Context) -> Any:
 def quantization_aware_model(state: ModelState, config: QuantizeConfig, ctx: Context) -> Any:
     """A QAT copy of the model (fake-quant int8), fine-tuned for `config.epochs` (with the
     teacher's KD loss after a distill step); pruned zeros stay zero after a prune step."""
-    model = state.model
+    # Preprocessing that leaves the stem conv a narrow band is folded into it first: QAT's
+    # fake-quant would round that band to a few levels in every training step (input_fold.py).
+    model = input_folded(state.model, calibration_inputs(state.model, ctx, FOLD_CHECK_SAMPLES))
     preserve = keeps_pruned_zeros(state, config)
     return fine_tune(lambda: _with_fake_quant(clone_keras_model(model), preserve),
                      model, config, ctx, "int8 quantization-aware training",

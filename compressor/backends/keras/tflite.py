@@ -16,14 +16,13 @@ import numpy as np
 
 from compressor.backends.keras.env import import_tensorflow
 from compressor.backends.keras.input_fold import input_folded
-from compressor.backends.keras.io import original_names
-from compressor.backends.training_data import calibration_samples
+from compressor.backends.keras.io import calibration_inputs, original_names
 from compressor.backends.keras.recurrent import unrolled_for_tflite
 from compressor.errors import BackendUnavailableError, RecipeError, converter_failure
 from compressor.export.tflite import int8_weights, renamed_signature
 from compressor.export.tflite_tables import int8_tables
 from compressor.quiet import captured_native_output
-from compressor.tensors import matched, rows
+from compressor.tensors import rows
 
 if TYPE_CHECKING:
     from compressor.context import Context, ModelState
@@ -176,13 +175,6 @@ def run_converter(make: Callable[[Any], Any], ctx: Context, kind: str, configure
         raise BackendUnavailableError(converter_failure(
             f"TFLite {kind} conversion", exc, "replace the unsupported layer or export onnx "
             "only", log)) from None
-
-
-def calibration_inputs(model: Any, ctx: Context, count: int) -> dict[str, np.ndarray]:
-    """`count` training inputs per model input name, each in that input's dtype."""
-    arrays = matched(calibration_samples(ctx, count), list(model.input_names))
-    return {name: array.astype(tensor.dtype.as_numpy_dtype)
-            for name, array, tensor in zip(model.input_names, arrays, model.inputs)}
 
 
 def _representative_dataset(samples: dict[str, np.ndarray], ctx: Context):
