@@ -9,6 +9,7 @@ activation ranges are measured on the calibration data; a QAT model's accuracy s
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import numpy as np
 
 from compressor.errors import DataError
 from compressor.export.onnx import names_layer
+from compressor.export.onnx_ranges import LearnedRanges, closest_to_float
 from compressor.kernel_ops import ONNX_KERNEL_INPUTS
 from compressor.tensors import matched
 
@@ -24,12 +26,15 @@ CALIBRATION_BATCH = 32
 
 
 def int8_onnx_from_float(proto: Any, samples: Any, float_layers: Sequence[str],
-                         fallback_dtype: str, workdir: Path, mode: str = "ptq") -> Any:
+                         fallback_dtype: str, workdir: Path, mode: str = "ptq",
+                         learned: Callable[[], LearnedRanges] | None = None) -> Any:
     """The int8 model of the float32 `proto` in quantize `mode`: ptq (and qat's trained
     weights) static QDQ calibrated on `samples` (one array for a single-input model, or input
     name -> array; a callable giving them, asked only for ptq / qat); dynamic; weight_only.
     The kernels of `float_layers` (layer names / module paths, matched as precision
-    `exclude` patterns are) stay float."""
+    `exclude` patterns are) stay float. `learned()`: the activation ranges QAT learned; the
+    file quantized with them competes with the recalibrated one (onnx_ranges.py; its inputs
+    matched to the graph's by name, else by position)."""
     import onnx
 
     from compressor.export import onnx_quant
@@ -39,12 +44,19 @@ def int8_onnx_from_float(proto: Any, samples: Any, float_layers: Sequence[str],
     source, target = folder / "float32.onnx", folder / "int8.onnx"
     onnx.save(proto, str(source))
 
-
+    @functools.cache   # asked by each quantization and the choice between them
     def batches() -> list[dict[str, np.ndarray]]:
         arrays = samples() if callable(samples) else samples
         return onnx_quant.calibration_batches(_feeds(proto, arrays), CALIBRATION_BATCH)
 
-    quantize_file(source, target, mode, batches, float_kernel_names(proto, float_layers))
+    exclude = float_kernel_names(proto, float_layers)
+    quantize_file(source, target, mode, batches, exclude)
+    if learned is not None and mode not in ("dynamic", "weight_only"):
+        ranges = learned()
+        alternative = folder / "int8-learned-ranges.onnx"
+        quantize_file(source, alternative, mode, batches, exclude,
+                      LearnedRanges(_feeds(proto, ranges.inputs), ranges.ranges))
+        target = closest_to_float(source, [target, alternative], batches())
     result = onnx.load(str(target))
     if float_layers:
         from compressor.export.onnx_mixed import keep_float_kernels
@@ -55,7 +67,7 @@ def int8_onnx_from_float(proto: Any, samples: Any, float_layers: Sequence[str],
 
 def quantize_file(source: Path, target: Path, mode: str,
                   batches: Callable[[], list[dict[str, np.ndarray]]],
-                  exclude_nodes: Sequence[str]) -> None:
+                  exclude_nodes: Sequence[str], learned: LearnedRanges | None = None) -> None:
     """`source` quantized into `target` by onnxruntime's tools in quantize `mode`: dynamic
     (activation outliers smoothed on `batches()` when there are training samples), weight_only,
     or static QDQ (ptq, and qat's trained weights) calibrated on `batches()`."""
@@ -67,7 +79,8 @@ def quantize_file(source: Path, target: Path, mode: str,
     elif mode == "weight_only":
         onnx_quant.quantize_onnx_weight_only(source, target, exclude_nodes=exclude_nodes)
     else:
-        onnx_quant.quantize_onnx_static(source, target, batches(), exclude_nodes=exclude_nodes)
+        onnx_quant.quantize_onnx_static(source, target, batches(), exclude_nodes=exclude_nodes,
+                                        learned=learned)
 
 
 def _optional(batches: Callable[[], list[dict[str, np.ndarray]]]) -> list[dict[str, np.ndarray]]:

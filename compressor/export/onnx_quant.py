@@ -32,6 +32,7 @@ from compressor.errors import DataError
 from compressor.export.input_band import NARROW_INPUT
 from compressor.export.onnx_input_fold import fold_input_affine_file
 from compressor.export.onnx_prepare import prepared_names, preprocessed, quantizing
+from compressor.export.onnx_ranges import LearnedRanges, range_overrides
 
 # Symmetric int8 weights (zero point 0, so pruned zeros stay exact zeros) are ORT's default
 # for QInt8; stated here because sparsity depends on it.
@@ -58,9 +59,12 @@ DYNAMIC_OPS = ("Conv", "MatMul", "Gemm", "Attention", "LSTM", "EmbedLayerNormali
 
 def quantize_onnx_static(fp32_path: Path, out_path: Path,
                          calibration: Sequence[dict[str, np.ndarray]],
-                         exclude_nodes: Sequence[str] = ()) -> None:
+                         exclude_nodes: Sequence[str] = (),
+                         learned: LearnedRanges | None = None) -> None:
     """Calibrated QDQ int8 of `fp32_path` written to `out_path`. `calibration`: batches, each
-    a dict ONNX input name -> array (all inputs of the model)."""
+    a dict ONNX input name -> array (all inputs of the model); `learned`: activation ranges a
+    QAT model learned, used where they match a tensor instead of calibrated ones
+    (onnx_ranges.py)."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     if not calibration:
@@ -70,12 +74,17 @@ def quantize_onnx_static(fp32_path: Path, out_path: Path,
     # lets the next QuantizeLinear's clamp do their work, and keep_float_kernels (onnx_mixed)
     # feeds a float kernel the tensor from before that QuantizeLinear: pre-activation values.
     # onnxruntime fuses the kept activations into the int8 kernels again (Relu/Clip+Q fusion).
-    options = {**STATIC_OPTIONS, "QDQKeepRemovableActivations": bool(exclude_nodes)}
+    # Learned ranges need them too: a QAT range may reach below zero at a ReLU's output
+    # (tfmot's moving averages start at [-6, 6]), and then the clamp alone would not zero it.
+    keep_activations = bool(exclude_nodes) or learned is not None
+    options = {**STATIC_OPTIONS, "QDQKeepRemovableActivations": keep_activations}
     with tempfile.TemporaryDirectory(prefix="onnx-quant-", dir=Path(out_path).parent) as tmp:
         prepared = preprocessed(Path(fp32_path), Path(tmp) / "prepared.onnx")
         reader = CalibrationFeeds(prepared, calibration)
         fold_input_affine_file(prepared, reader.get_next() or {}, NARROW_INPUT)
         reader.rewind()
+        if learned is not None:
+            options["TensorQuantOverrides"] = range_overrides(prepared, learned)
         quantizing(lambda: quantize_static(
             str(prepared), str(out_path), reader, quant_format=QuantFormat.QDQ,
             per_channel=True, reduce_range=REDUCE_RANGE, activation_type=QuantType.QUInt8,

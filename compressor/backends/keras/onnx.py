@@ -24,7 +24,10 @@ from compressor.export.onnx import (float16_onnx, renamed_io, require_dynamic_ba
 from compressor.quiet import captured_native_output
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from compressor.context import Context
+    from compressor.export.onnx_ranges import LearnedRanges
     from compressor.schemes import Float16, Int8Scheme
 
 OPSET = 17
@@ -40,15 +43,16 @@ def onnx_float16(model: Any, scheme: Float16, path: Path, ctx: Context) -> Path:
 
 
 def onnx_int8(model: Any, scheme: Int8Scheme, float_layers: tuple[str, ...], path: Path,
-              ctx: Context) -> Path:
+              ctx: Context, learned: Callable[[], LearnedRanges] | None = None) -> Path:
     """onnxruntime's int8 (export/onnx_int8.py) in the scheme's mode of the float `model`
-    (for qat: the QAT model's float layers with their trained weights)."""
+    (for qat: the QAT model's float layers with their trained weights, and `learned()`: the
+    activation ranges QAT learned)."""
     from compressor.backends.training_data import calibration_samples
     from compressor.export.onnx_int8 import int8_onnx_from_float
 
     proto = int8_onnx_from_float(
         _named_float_onnx(model, ctx), lambda: calibration_samples(ctx, scheme.calibration_samples),
-        float_layers, scheme.fallback_dtype, Path(ctx.workdir), scheme.method)
+        float_layers, scheme.fallback_dtype, Path(ctx.workdir), scheme.method, learned)
     return _save(proto, path, ctx)
 
 
