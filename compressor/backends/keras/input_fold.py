@@ -21,6 +21,7 @@ folded model computes what the original does on them; otherwise the model is use
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,22 +47,25 @@ class Stem:
     norm: Any | None
 
 
-def input_folded(model: Any, samples: dict[str, np.ndarray]) -> Any:
-    """`model` with its input preprocessing folded into the stem conv where `samples` (input
-    name -> training batch) show a narrow band; else `model` itself. Kept per model, so a
-    fallback search that converts one model many times folds it once."""
+def input_folded(model: Any, samples: Callable[[], dict[str, np.ndarray]]) -> Any:
+    """`model` with its input preprocessing folded into the stem conv where `samples()` (input
+    name -> training batch; asked only of a model with such a stem) show a narrow band; else
+    `model` itself. Kept per model, so a fallback search that converts one model many times
+    folds it once."""
     if model not in _FOLDED:
         _FOLDED[model] = _folded(model, samples) or model
     return _FOLDED[model]
 
 
-def _folded(model: Any, samples: dict[str, np.ndarray]) -> Any | None:
+def _folded(model: Any, samples: Callable[[], dict[str, np.ndarray]]) -> Any | None:
     if len(model.inputs) != 1 or len(model.inputs[0].shape) != 4 \
             or None in model.inputs[0].shape[1:]:
         return None   # the border map is sized for one image size
     stem = _stem(model)
-    batch = next(iter(samples.values()), None)
-    if stem is None or batch is None or not is_narrow(_apply(stem.chain, batch[:CHECK_ROWS]), -1):
+    if stem is None:
+        return None
+    batch = next(iter(samples().values()), None)
+    if batch is None or not is_narrow(_apply(stem.chain, batch[:CHECK_ROWS]), -1):
         return None
     a, b = _affine(stem.chain, batch.shape[1:])
     if a is None or b is None or np.any(a == 0):

@@ -47,7 +47,8 @@ def quantization_aware_model(state: ModelState, config: QuantizeConfig, ctx: Con
     teacher's KD loss after a distill step); pruned zeros stay zero after a prune step."""
     # Preprocessing that leaves the stem conv a narrow band is folded into it first: QAT's
     # fake-quant would round that band to a few levels in every training step (input_fold.py).
-    model = input_folded(state.model, calibration_inputs(state.model, ctx, FOLD_CHECK_SAMPLES))
+    model = input_folded(state.model,
+                         lambda: calibration_inputs(state.model, ctx, FOLD_CHECK_SAMPLES))
     preserve = keeps_pruned_zeros(state, config)
     return fine_tune(lambda: _with_fake_quant(clone_keras_model(model), preserve),
                      model, config, ctx, "int8 quantization-aware training",

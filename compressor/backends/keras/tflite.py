@@ -93,7 +93,7 @@ def ptq_tflite(state: ModelState, scheme: Int8Scheme, ctx: Context,
     def make() -> bytes:
         samples = calibration_inputs(state.model, ctx, scheme.calibration_samples)
         configure = _int8_settings(scheme, samples, ctx)
-        folded = replace(state, model=input_folded(state.model, samples))
+        folded = replace(state, model=input_folded(state.model, lambda: samples))
         if scheme.fallback == "auto" or state.float_layers:
             return _mixed_int8(folded, scheme, ctx, cache, configure)
         return _convert(folded.model, ctx, f"int8 {scheme.name}", configure)

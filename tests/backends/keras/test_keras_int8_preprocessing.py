@@ -77,7 +77,7 @@ def test_the_keras_fold_is_exact_with_its_border_map():
     model = kal.applications_like()
     raw = kal.quadrant_data(train=32, val=8)
     unit = raw.train[0] / 255.0
-    folded = input_folded(model, {"input": unit})
+    folded = input_folded(model, lambda: {"input": unit})
     assert folded is not model
     kinds = [type(layer).__name__ for layer in folded.layers]
     # the preprocessing became identities, the stem BatchNorm the border map's Normalization
@@ -86,10 +86,10 @@ def test_the_keras_fold_is_exact_with_its_border_map():
         [type(layer).__name__ for layer in model.layers].count("BatchNormalization") - 1
     want, got = np.asarray(model(unit)), np.asarray(folded(unit))
     assert np.abs(got - want).max() < 1e-4 * np.abs(want).max()
-    assert input_folded(model, {"input": unit}) is folded         # once per model
+    assert input_folded(model, lambda: {"input": unit}) is folded   # once per model
     # images in the [0, 255] the preprocessing expects are not a narrow band: no fold
     other = kal.applications_like(seed=1)
-    assert input_folded(other, {"input": raw.train[0]}) is other
+    assert input_folded(other, lambda: {"input": raw.train[0]}) is other
 
 
 @pytest.mark.slow
