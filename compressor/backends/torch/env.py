@@ -95,7 +95,13 @@ def import_litert_torch() -> ModuleType:
     configure_environment()
     require("litert_torch", "litert-torch==0.10.0", "exporting PyTorch models to TFLite")
     import_pt2e()   # litert-torch imports torchao: quietly first
-    import litert_torch   # TensorFlow, which it loads later, starts quietly (compressor.quiet)
+    from compressor.quiet import quiet_import
+
+    # Its native libraries log at import (TensorFlow's oneDNN notice on CPUs with AVX-512 /
+    # AMX, after absl's "All log messages before absl::InitializeLog()"), which
+    # TF_CPP_MIN_LOG_LEVEL does not stop: the import runs with its output in a log.
+    with quiet_import("litert-torch"):
+        import litert_torch
 
     return litert_torch
 
