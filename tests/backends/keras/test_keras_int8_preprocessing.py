@@ -157,3 +157,43 @@ def test_qat_trains_a_model_whose_stem_reads_the_raw_image(tmp_path):
                         QuantizeConfig(mode="qat", epochs=0),
                         helpers.context(raw, tmp_path / "raw")).model
     assert type(qat.get_layer("quant_Conv/BatchNorm").layer).__name__ == "BatchNormalization"
+
+
+def _stem_nets():
+    from compressor.backends.keras.env import import_tf_keras
+
+    keras = import_tf_keras()
+    layers = keras.layers
+    keras.utils.set_random_seed(0)
+    # Sequential, 'same' padding, BatchNorm after the stem: the border map takes its place
+    sequential = keras.Sequential([
+        keras.Input((16, 16, 3)), layers.Rescaling(1 / 127.5, offset=-1.0),
+        layers.Conv2D(8, 3, strides=2, padding="same", use_bias=False),
+        layers.BatchNormalization(), layers.ReLU(), layers.Flatten(), layers.Dense(4)])
+    # ConvNeXt's stem: Normalization, a 'valid' patchify conv with a bias, LayerNorm after it:
+    # no border effect, so no BatchNorm is needed
+    inputs = keras.Input((16, 16, 3))
+    x = layers.Normalization(mean=[0.485, 0.456, 0.406], variance=[0.052, 0.050, 0.051])(
+        layers.Rescaling(1 / 255)(inputs))
+    x = layers.LayerNormalization(epsilon=1e-6)(layers.Conv2D(8, 4, strides=4)(x))
+    patchify = keras.Model(inputs, layers.Dense(4)(layers.GlobalAveragePooling2D()(x)))
+    return {"sequential": (sequential, "BatchNormalization", "Normalization"),
+            "patchify": (patchify, "LayerNormalization", "LayerNormalization")}
+
+
+@pytest.mark.parametrize("net", ["sequential", "patchify"])
+def test_the_keras_fold_on_other_stems(net):
+    import numpy as np
+
+    from compressor.backends.keras.input_fold import input_folded
+
+    model, after_before, after_now = _stem_nets()[net]
+    unit = kal.unit_images(kal.quadrant_data(train=32, val=8)).train[0]
+    folded = input_folded(model, lambda: {"input": unit})
+    assert folded is not model
+    conv = next(i for i, layer in enumerate(folded.layers) if type(layer).__name__ == "Conv2D")
+    assert type(model.layers[conv + 1]).__name__ == after_before
+    assert type(folded.layers[conv + 1]).__name__ == after_now
+    assert not {"Rescaling"} & {type(layer).__name__ for layer in folded.layers}
+    want, got = np.asarray(model(unit)), np.asarray(folded(unit))
+    assert np.abs(got - want).max() < 1e-4 * np.abs(want).max()
