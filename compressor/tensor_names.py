@@ -75,10 +75,5 @@ def in_layer(name: str, pattern: str) -> bool:
     return False
 
 
-def glob_escaped(name: str) -> str:
-    """`name` as an fnmatch pattern that matches only itself."""
-    return re.sub(r"([*?[])", r"[\1]", name)
-
-
 def _capped(text: str) -> str:
     return text if len(text) <= MAX_CHARS else "..." + text[-(MAX_CHARS - 3):]

@@ -26,3 +26,12 @@ def narrow_span(values: np.ndarray, channel_axis: int = 1) -> float:
 
 def is_narrow(values: np.ndarray, channel_axis: int = 1) -> bool:
     return narrow_span(values, channel_axis) < NARROW_INPUT
+
+
+def channel_constants(image: np.ndarray, channel_axis: int) -> np.ndarray | None:
+    """One image's value per channel where every channel holds a single value (what an
+    affine preprocessing makes of a constant image), else None."""
+    flat = np.moveaxis(image, channel_axis, 0).reshape(image.shape[channel_axis], -1)
+    if np.abs(flat - flat[:, :1]).max() > 1e-6 * max(np.abs(flat).max(), 1.0):
+        return None
+    return flat[:, 0].astype(np.float64)

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from compressor.export.input_band import narrow_span
+from compressor.export.input_band import channel_constants, narrow_span
 
 AFFINE_OPS = ("Mul", "Add", "Sub", "Div")
 LAYOUT_OPS = ("Transpose",)
@@ -194,12 +194,7 @@ def _border_map(proto: Any, conv: Any, weight: np.ndarray, b: np.ndarray,
 
 def _per_channel(values: np.ndarray) -> np.ndarray | None:
     """values (1, C, H, W) -> (C,) where every channel holds one value, else None."""
-    if values.ndim != 4:
-        return None
-    flat = values[0].reshape(values.shape[1], -1)
-    if np.abs(flat - flat[:, :1]).max() > 1e-6 * max(np.abs(flat).max(), 1.0):
-        return None
-    return flat[:, 0].astype(np.float64)
+    return channel_constants(values[0], 0) if values.ndim == 4 else None
 
 
 def _run(proto: Any, nodes: list[Any], name: str, x: np.ndarray, output: str,

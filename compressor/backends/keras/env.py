@@ -66,6 +66,17 @@ def import_tfmot() -> ModuleType:
     return tensorflow_model_optimization
 
 
+def fake_quant_layer_types() -> tuple[tuple[type, ...], type]:
+    """(tfmot's quantize wrappers, the QuantizeLayer quantize_apply puts after each model
+    input: not in tfmot's public API)."""
+    quantize = import_tfmot().quantization.keras
+    from tensorflow_model_optimization.python.core.quantization.keras.quantize_layer import (
+        QuantizeLayer,
+    )
+
+    return (quantize.QuantizeWrapper, quantize.QuantizeWrapperV2), QuantizeLayer
+
+
 def is_tf_keras_model(obj: object) -> bool:
     """True for a tf_keras Model, without importing tf_keras when it was never imported."""
     return any(cls.__module__.startswith("tf_keras.") for cls in type(obj).__mro__) and \

@@ -12,6 +12,7 @@ then stored as float16 (export/tflite.py `float16_weights`).
 """
 from __future__ import annotations
 
+import glob
 from typing import TYPE_CHECKING, Any
 
 from compressor.backends.keras.env import import_tensorflow
@@ -19,7 +20,7 @@ from compressor.errors import BackendUnavailableError, first_line
 from compressor.export.tflite import float16_weights
 from compressor.kernel_ops import TFLITE_KERNEL_INPUTS
 from compressor.quiet import captured_native_output
-from compressor.tensor_names import glob_escaped, in_layer
+from compressor.tensor_names import in_layer
 
 if TYPE_CHECKING:
     from compressor.context import Context, ModelState
@@ -43,7 +44,7 @@ def layer_of(tensor_name: str, layers: tuple[str, ...] | list[str]) -> str | Non
     """The layer of `layers` a TFLite tensor comes from (tensor_names.in_layer; where one
     layer's name starts another's, "a" and "a/b", the longest wins), so pass every kernel
     layer and compare the result."""
-    found = [layer for layer in layers if in_layer(tensor_name, glob_escaped(layer))]
+    found = [layer for layer in layers if in_layer(tensor_name, glob.escape(layer))]
     return max(found, key=len, default=None)
 
 

@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from compressor.backends.keras.env import import_tf_keras, import_tfmot
+from compressor.backends.keras.env import fake_quant_layer_types, import_tf_keras, import_tfmot
 from compressor.backends.keras.input_fold import input_folded
 from compressor.backends.keras.io import calibration_inputs
 from compressor.backends.keras.load import clone_keras_model
@@ -137,14 +137,8 @@ def without_fake_quant(model: Any) -> Any:
     wraps, with the QAT-trained weights; input quantize layers become identities. A model
     without tfmot quantization is returned as it is."""
     tf_keras = import_tf_keras()
-    tfmot = import_tfmot()
-    quantize = tfmot.quantization.keras
-    wrappers = (quantize.QuantizeWrapper, quantize.QuantizeWrapperV2)
-    # Not in tfmot's public API; the layer quantize_apply puts after each model input.
-    from tensorflow_model_optimization.python.core.quantization.keras.quantize_layer import (
-        QuantizeLayer as input_quantizer,  # noqa: N813
-    )
-
+    quantize = import_tfmot().quantization.keras
+    wrappers, input_quantizer = fake_quant_layer_types()
     if not any(isinstance(layer, (*wrappers, input_quantizer)) for layer in model.layers):
         return model
 

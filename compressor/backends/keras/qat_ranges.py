@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from compressor.backends.keras.env import import_tf_keras, import_tfmot
+from compressor.backends.keras.env import fake_quant_layer_types, import_tf_keras
 from compressor.export.onnx_ranges import MATCH_ROWS, LearnedRange, LearnedRanges
 
 OUTPUT_RANGES = ("post_activation", "output")
@@ -22,17 +22,12 @@ OUTPUT_RANGES = ("post_activation", "output")
 def learned_ranges(qat_model: Any, float_model: Any, inputs: dict[str, np.ndarray]) -> LearnedRanges:
     """The ranges of `qat_model` with their tensors' values in `float_model` (its float
     layers, same layer names) on the first MATCH_ROWS rows of `inputs` (input name -> rows)."""
-    from tensorflow_model_optimization.python.core.quantization.keras.quantize_layer import (
-        QuantizeLayer,
-    )
-
     tf_keras = import_tf_keras()
-    quantize = import_tfmot().quantization.keras
-    wrappers = (quantize.QuantizeWrapper, quantize.QuantizeWrapperV2)
+    wrappers, input_quantizer = fake_quant_layer_types()
     feed = {name: array[:MATCH_ROWS] for name, array in inputs.items()}
     ranges, layers = [], []
     for layer in qat_model.layers:
-        if isinstance(layer, QuantizeLayer):
+        if isinstance(layer, input_quantizer):
             low, high = _pair(layer, "quantize_layer")
             source = layer.inbound_nodes[0].inbound_layers
             if low is not None and source.name in feed:
