@@ -121,7 +121,7 @@ def _mid(runs: list, errors: list, quick: bool) -> dict:
 def _big(runs: list, errors: list, quick: bool) -> dict:
     """The ~1B bf16 Llama through `compress --recipe int4` (RTN; GPTQ with BENCH_LLM_GPTQ=1):
     compress_peak_rss_bytes (the compress process's and its children's RSS summed, sampled:
-    compressor/memory.py) / the bf16 checkpoint's bytes."""
+    compressor/core/memory.py) / the bf16 checkpoint's bytes."""
     built = _step(runs, errors, "1B build", ["big", WORK / "big-hf", *(["--quick"] if quick else [])],
                   timeout=1800)
     if not built:

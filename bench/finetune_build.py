@@ -50,7 +50,7 @@ def _accuracy(framework: str, model, data) -> float:
 
 def _compress(model, recipe: str, framework: str, data, teacher=None, seed: int = 0) -> dict:
     import compressor as cz
-    from compressor.recipe import load_recipe
+    from compressor.config.recipe import load_recipe
 
     chosen = load_recipe(recipe).model_copy(update={"export": (FORMAT[framework],)})
     with tempfile.TemporaryDirectory() as folder:
@@ -62,7 +62,7 @@ def _compress(model, recipe: str, framework: str, data, teacher=None, seed: int 
 
 def kd_gain(framework: str) -> dict:
     from compressor.backends import examples
-    from compressor.data import digits
+    from compressor.tasks.array.data import digits
 
     data = digits(_layout(framework))
     train = examples.train_torch_digits_cnn if framework == "torch" else \
@@ -105,7 +105,7 @@ def _pretrained(framework: str, spec: tuple, data):
 
 
 def pretrained_drop(framework: str) -> dict:
-    from compressor.data import digits
+    from compressor.tasks.array.data import digits
 
     data = digits(_layout(framework))
     rows = []

@@ -59,7 +59,7 @@ def _tiny_lm():
 def train(out: str, quick: bool = False) -> dict:
     """The small LM: tiny_lm's tokenizer and training run at the bench's size (tiny_lm.TINY is
     the config every tiny model starts from; this fresh process widens it)."""
-    from compressor.llm.text_data import TextData
+    from compressor.tasks.lm.text_data import TextData
 
     tiny_lm = _tiny_lm()
     size, vocab, steps = (QUICK, QUICK_VOCAB, QUICK_STEPS) if quick else (SMALL, SMALL_VOCAB,
@@ -81,11 +81,11 @@ def train(out: str, quick: bool = False) -> dict:
 def score(hf: str, *folders: str) -> dict:
     from transformers import AutoTokenizer
 
-    from compressor import lm_metrics
-    from compressor.llm.text_data import TextData
+    from compressor.tasks.lm import metrics as lm_metrics
+    from compressor.tasks.lm.text_data import TextData
     from compressor.runtimes import inspect_artifact
     from compressor.runtimes.lm import open_lm_runtime
-    from compressor.validate import weight_share_at
+    from compressor.tasks.array.metrics import weight_share_at
 
     _, evaluation = TextData().windows(AutoTokenizer.from_pretrained(hf))
     rows = {}

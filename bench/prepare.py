@@ -32,7 +32,7 @@ def spec_hash(spec: NetSpec, framework: str) -> str:
 
 
 def digits_split(layout: str):
-    from compressor.data import digits
+    from compressor.tasks.array.data import digits
 
     data = digits(layout)
     return data.train, data.val

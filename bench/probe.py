@@ -34,7 +34,7 @@ def input_shape(path: Path) -> tuple[int, ...]:
 
 
 def digits_for(shape: tuple[int, ...]):
-    from compressor.data import digits
+    from compressor.tasks.array.data import digits
 
     return digits("NCHW" if shape[1] == 1 else "NHWC").val
 
@@ -73,7 +73,7 @@ def named(npz_path: str, prefix: str) -> dict[str, np.ndarray]:
 
 def fidelity(paths: list[str], data: str) -> list[dict]:
     from compressor.runtimes import open_runtime
-    from compressor.validate import mean_cosine
+    from compressor.tasks.array.metrics import mean_cosine
 
     inputs, reference = named(data, "x"), named(data, "ref")
     rows = []

@@ -21,17 +21,17 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it
 _LAZY = {
-    "Data": "compressor.context",
-    "TextData": "compressor.llm.text_data",
-    "Result": "compressor.pipeline",
-    "compress": "compressor.pipeline",
-    "prepare": "compressor.training_run",
-    "TrainingRun": "compressor.training_run",
-    "Recipe": "compressor.recipe",
-    "load_recipe": "compressor.recipe",
-    "builtin_names": "compressor.recipe",
-    "sweep": "compressor.sweep",
-    "plot_pareto": "compressor.sweep",
+    "Data": "compressor.core.context",
+    "TextData": "compressor.tasks.lm.text_data",
+    "Result": "compressor.run.pipeline",
+    "compress": "compressor.run.pipeline",
+    "prepare": "compressor.run.user_loop",
+    "TrainingRun": "compressor.run.user_loop",
+    "Recipe": "compressor.config.recipe",
+    "load_recipe": "compressor.config.recipe",
+    "builtin_names": "compressor.config.recipe",
+    "sweep": "compressor.run.sweep",
+    "plot_pareto": "compressor.run.sweep",
 }
 
 __all__ = [
@@ -53,7 +53,7 @@ def __dir__() -> list[str]:
 
 
 class _Package(types.ModuleType):
-    """Keeps `cz.sweep` the function once `compressor.sweep` the module is imported.
+    """Keeps `cz.sweep` the function once `compressor.run.sweep` the module is imported.
 
     Importing a submodule sets it as an attribute of its package, which would replace a
     public function of the same name (`cz.sweep(...)` -> "'module' object is not callable").

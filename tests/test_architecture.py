@@ -94,9 +94,9 @@ def test_the_import_graph_has_no_cycle():
     ("compressor.export", "compressor.backends"),
     ("compressor.runtimes", "compressor.backends"),
     ("compressor.runtimes", "compressor.export"),
-    ("compressor.backends", "compressor.pipeline"),
+    ("compressor.backends", "compressor.run.pipeline"),
     ("compressor.backends", "compressor.passes"),
-    ("compressor.steps", "compressor."),
+    ("compressor.config.steps", "compressor."),
 ])
 def test_import_directions(source, forbidden):
     """runtimes and export never reach into backends; runtimes never into export; backends
@@ -150,8 +150,8 @@ def test_each_backend_implements_the_protocols():
 
 def test_every_step_config_has_a_registered_pass():
     import compressor.passes  # noqa: F401
-    from compressor.registry import registered_passes
-    from compressor.steps import STEP_CONFIGS, step_kind
+    from compressor.passes.registry import registered_passes
+    from compressor.config.steps import STEP_CONFIGS, step_kind
 
     assert sorted(step_kind(cls) for cls in STEP_CONFIGS) == registered_passes()
 

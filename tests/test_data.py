@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compressor.context import Data
-from compressor.data import dataset_framework, digits, load_data
+from compressor.core.context import Data
+from compressor.tasks.array.data import dataset_framework, digits, load_data
 from compressor.errors import DataError
 
 

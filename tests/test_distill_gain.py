@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from support.distill_kits import KITS, kit_fixture
 
-from compressor.context import ModelState
-from compressor.recipe import load_recipe
+from compressor.core.context import ModelState
+from compressor.config.recipe import load_recipe
 
 pytestmark = pytest.mark.slow
 SEEDS = (0, 1, 2)

@@ -12,9 +12,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compressor.data import load_data
+from compressor.tasks.array.data import load_data
 from compressor.errors import CompressorError
-from compressor.recipe import load_recipe
+from compressor.config.recipe import load_recipe
 
 FUZZ = settings(max_examples=150, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -104,7 +104,7 @@ def test_alias_bomb_is_cheap(tmp_path):
     wrapper = textwrap.dedent("""
         import resource, subprocess, sys, time
         started = time.monotonic()
-        done = subprocess.run([sys.executable, "-m", "compressor.cli", "recipes", "show",
+        done = subprocess.run([sys.executable, "-m", "compressor.cli.main", "recipes", "show",
                                "bomb.yaml"], capture_output=True, text=True)
         print(done.returncode, time.monotonic() - started,
               resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)

@@ -19,22 +19,22 @@ def test_import_compressor_loads_no_framework():
 
 
 def test_help_loads_no_framework():
-    code = ("import contextlib, io\nfrom compressor.cli import main\n"
+    code = ("import contextlib, io\nfrom compressor.cli.main import main\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             "    try:\n        main(['--help'])\n    except SystemExit:\n        pass")
     assert _loaded_after(code) == []
 
 
 def test_recipes_list_loads_no_framework():
-    code = ("import contextlib, io\nfrom compressor.cli import main\n"
+    code = ("import contextlib, io\nfrom compressor.cli.main import main\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n    main(['recipes', 'list'])")
     assert _loaded_after(code) == []
 
 
 def test_public_functions_stay_functions_after_their_module_is_imported():
-    # `from compressor.sweep import sweep` (as cli_commands does) used to turn cz.sweep
+    # `from compressor.run.sweep import sweep` (as cli_commands does) used to turn cz.sweep
     # into the module, and `cz.sweep(...)` failed with "'module' object is not callable".
-    code = ("from compressor.sweep import sweep\nimport compressor.sweep\nimport compressor as cz\n"
+    code = ("from compressor.run.sweep import sweep\nimport compressor.run.sweep\nimport compressor as cz\n"
             "print(type(cz.sweep).__name__, type(cz.plot_pareto).__name__)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["function", "function"]

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import compressor as cz
-from compressor.data import digits
-from compressor.recipe import load_recipe
+from compressor.tasks.array.data import digits
+from compressor.config.recipe import load_recipe
 from compressor.runtimes import inspect_artifact, open_runtime
 from support.io_models import (bert_inputs, keras_two_inputs_dict_outputs, token_data,
                        torch_token_transformer, torch_tuple_outputs, torch_two_inputs_dict_outputs,

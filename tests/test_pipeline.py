@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import yaml
 
-from compressor.cli import main as compress_main
-from compressor.pipeline import compress
+from compressor.cli.main import main as compress_main
+from compressor.run.pipeline import compress
 from compressor.runtimes import inspect_artifact
 from support import browser, html_checks
 from support.models import BACKENDS, cli_args, saved_digits_model
@@ -150,8 +150,8 @@ def test_report_and_sweep_pages_in_headless_chromium(runs, backend, tmp_path):
         pytest.skip("the pages do not depend on the framework: the Keras run's are opened")
     import pandas as pd
 
-    from compressor.html.sweep_page import render_sweep
-    from compressor.sweep import _rows
+    from compressor.report.html.sweep_page import render_sweep
+    from compressor.run.sweep import _rows
 
     binary = browser.chromium_or_skip()
     folder = runs["fp32"].out_dir.parent
@@ -196,7 +196,7 @@ def test_device_too_small_exits_4_naming_artifact_estimate_and_budget(model, cli
 
 def test_fidelity_gate_on_unlabelled_data(model, backend, tmp_path):
     """No labels at all: int8 PTQ is gated on cosine similarity to the original outputs."""
-    from compressor.data import digits
+    from compressor.tasks.array.data import digits
 
     ref, options = model
     data = digits("NHWC" if backend == "keras" else "NCHW")

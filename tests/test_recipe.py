@@ -6,7 +6,7 @@ import yaml
 from pydantic import ValidationError
 
 from compressor.errors import RecipeError
-from compressor.recipe import builtin_names, load_recipe, recipe_from_dict
+from compressor.config.recipe import builtin_names, load_recipe, recipe_from_dict
 
 EXPECTED_BUILTINS = {"fp16", "int8", "int8_qat", "prune50", "int8_prune30", "int8_prune30_kd",
                      "mixed_int8_fp16", "channels50", "int8_channels50"}

@@ -12,8 +12,8 @@ import json
 import pytest
 from support.html_checks import check_report_html, parse_page
 
-from compressor.cli import main
-from compressor.html.report_page import render_html
+from compressor.cli.main import main
+from compressor.report.html.report_page import render_html
 from unit.test_report import REPORT
 
 EPOCHS = [{"epoch": 1, "loss": 0.31, "lr": 1e-3, "val_metric": 0.95},

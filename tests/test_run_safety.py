@@ -21,7 +21,7 @@ RECIPE = ("extends: int8\nname: loose_int8\nvalidate: {max_drop: 1.0}\ntarget: n
 def small_data(tmp_path_factory):
     import numpy as np
 
-    from compressor.data import digits
+    from compressor.tasks.array.data import digits
 
     data = digits()
     path = tmp_path_factory.mktemp("data") / "small.npz"
@@ -32,7 +32,7 @@ def small_data(tmp_path_factory):
 
 def _start(args, tmp_path, **popen):
     env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "compressor.cli", *args, "--no-latency", "-q"],
+    return subprocess.Popen([sys.executable, "-m", "compressor.cli.main", *args, "--no-latency", "-q"],
                             cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True, **popen)
 
 

@@ -15,7 +15,7 @@ from support import keras_models as km
 from support.keras_models import onnx_kernel_weights
 
 import compressor as cz
-from compressor.data import load_data
+from compressor.tasks.array.data import load_data
 from compressor.schemes import Int8WeightOnly, apply_handler, register_scheme
 
 LEVELS = 127

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import compressor as cz
-from compressor import int8_mode
-from compressor.recipe import load_recipe
+from compressor.core import int8_mode
+from compressor.config.recipe import load_recipe
 from compressor.runtimes import inspect_artifact, open_runtime
-from compressor.validate import int8_weight_share
+from compressor.tasks.array.metrics import int8_weight_share
 from support.io_models import token_data, torch_lstm_classifier, torch_token_transformer
 
 pytestmark = pytest.mark.slow

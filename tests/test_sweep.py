@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from compressor.html.sweep_page import render_sweep
-from compressor.sweep import pareto_front, plot_pareto, sweep
+from compressor.report.html.sweep_page import render_sweep
+from compressor.run.sweep import pareto_front, plot_pareto, sweep
 from support.html_checks import check_sweep_html
 
 

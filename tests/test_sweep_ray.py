@@ -8,7 +8,7 @@ import os
 import pytest
 import yaml
 
-from compressor.sweep import sweep
+from compressor.run.sweep import sweep
 
 # Ray reads this when first imported; without it the node and its agents use the host address.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -38,7 +38,7 @@ def _artifact_digests(frame, out) -> list[str | None]:
 
 def test_ray_sweep_matches_serial_rows_and_bytes(untrained_keras_file, tmp_path, monkeypatch,
                                                  capfd):
-    from compressor.sweep_ray import _ray_session
+    from compressor.run.sweep_ray import _ray_session
 
     monkeypatch.setenv("HOME", str(tmp_path))          # Ray writes ~/.ray
     impossible = tmp_path / "impossible.yaml"

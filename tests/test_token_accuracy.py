@@ -8,7 +8,7 @@ import pytest
 
 import compressor as cz
 from compressor.errors import DataError
-from compressor.validate import accuracy, metric_value
+from compressor.tasks.array.metrics import accuracy, metric_value
 
 VOCAB, LENGTH, WIDTH = 12, 6, 12
 

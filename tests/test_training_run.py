@@ -12,9 +12,9 @@ import pytest
 
 import compressor as cz
 from compressor.backends import examples
-from compressor.data import digits
+from compressor.tasks.array.data import digits
 from compressor.errors import BackendUnavailableError, DataError, RecipeError, UsageError
-from compressor.pipeline import compress
+from compressor.run.pipeline import compress
 from compressor.runtimes import inspect_artifact
 
 BACKENDS = ("keras", "torch")
@@ -266,5 +266,5 @@ def _masked_fraction(backend, model) -> float:
 
 
 def test_prepare_is_public_and_lazy():
-    assert cz.prepare.__module__ == "compressor.training_run"
+    assert cz.prepare.__module__ == "compressor.run.user_loop"
     assert "prepare" in cz.__all__ and "TrainingRun" in cz.__all__

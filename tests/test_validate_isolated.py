@@ -10,11 +10,11 @@ from importlib import metadata
 import numpy as np
 import pytest
 
-from compressor.context import Data
+from compressor.core.context import Data
 from compressor.errors import DataError
 from compressor.runtimes.isolated import CRASH_HOOK, RuntimeCrashError, RuntimeRunError, run_isolated
-from compressor.steps import ValidateConfig
-from compressor.validate import evaluate_artifact
+from compressor.config.steps import ValidateConfig
+from compressor.tasks.array.metrics import evaluate_artifact
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
@@ -92,7 +92,7 @@ def test_errors_in_the_child_come_back_typed(two_output_onnx, tmp_path):
 @pytest.mark.slow
 def test_a_crashing_format_exits_5_and_keeps_the_other(untrained_keras_file, tmp_path, monkeypatch,
                                                        capsys):
-    from compressor.cli import main
+    from compressor.cli.main import main
 
     monkeypatch.setenv(CRASH_HOOK, "model.onnx")
     out = tmp_path / "out"

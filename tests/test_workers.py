@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from compressor import workers
+from compressor.run import workers
 
 
 def _tf_config(monkeypatch, cluster: dict, task_type: str, index: int) -> None:

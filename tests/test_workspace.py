@@ -1,4 +1,4 @@
-"""Publishing, locking and reaping (compressor.workspace), in this process."""
+"""Publishing, locking and reaping (compressor.core.workspace), in this process."""
 from __future__ import annotations
 
 import os
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from compressor import workspace
+from compressor.core import workspace
 from compressor.errors import UsageError
 
 
@@ -53,7 +53,7 @@ def test_publish_swaps_whole_folder_with_normal_permissions(tmp_path):
 
 def test_second_lock_holder_is_refused_naming_the_lock(tmp_path):
     out = tmp_path / "out"
-    script = ("import sys, time; from pathlib import Path; from compressor.workspace import "
+    script = ("import sys, time; from pathlib import Path; from compressor.core.workspace import "
               "output_lock\nwith output_lock(Path(sys.argv[1])):\n    print('held', flush=True)\n"
               "    time.sleep(60)\n")
     holder = subprocess.Popen([sys.executable, "-c", script, str(out)], stdout=subprocess.PIPE,
@@ -112,7 +112,7 @@ def test_force_replaces_what_a_language_model_run_wrote(tmp_path):
     """A rerun with --force over an LLM run's --out (model-onnx/, logs/, report.html) used to
     be refused as "holds files compressor did not write (model-onnx)"."""
     from compressor.errors import RecipeError
-    from compressor.workspace import check_output_path
+    from compressor.core.workspace import check_output_path
 
     out = tmp_path / "out"
     for folder in ("model-onnx", "logs"):

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from compressor.backends.examples import train_torch_classifier
-from compressor.context import Data
+from compressor.core.context import Data
 
 
 class DigitsCNN(nn.Module):

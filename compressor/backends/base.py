@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from compressor.tensors import Arrays, TensorSpec
+from compressor.core.tensors import Arrays, TensorSpec
 
 if TYPE_CHECKING:
-    from compressor.context import Context, ModelState
-    from compressor.steps import DistillConfig, PruneConfig, StepConfig
+    from compressor.core.context import Context, ModelState
+    from compressor.config.steps import DistillConfig, PruneConfig, StepConfig
 
 
 @dataclass(frozen=True)
@@ -175,7 +175,7 @@ class SchemeExporter:
 
 @dataclass
 class UserTraining:
-    """A recipe step handed to the user's own training loop (see compressor.training_run).
+    """A recipe step handed to the user's own training loop (see compressor.run.user_loop).
 
     `model` is what the user trains (pruning wrappers / masks, fake-quant ranges in place);
     `callbacks` go to Keras `fit`; `loss(outputs, target, inputs=None)` is the step's loss for

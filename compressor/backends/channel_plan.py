@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from compressor.errors import BackendUnavailableError
-from compressor.steps import PruneConfig
+from compressor.config.steps import PruneConfig
 
 MAX_RATIO = 0.9           # target_macs never removes more than this fraction of a group
 BUDGET_SEARCH_STEPS = 7   # bisection steps of the ratio search (1/128 resolution)

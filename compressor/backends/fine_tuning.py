@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from compressor.tensors import output_list
+from compressor.core.tensors import output_list
 
 if TYPE_CHECKING:
-    from compressor.context import Context
-    from compressor.steps import TrainingConfig
+    from compressor.core.context import Context
+    from compressor.config.steps import TrainingConfig
 
 FROM_SCRATCH_LR = {"adam": 1e-3, "adamw": 1e-3, "sgd": 1e-2}
 ADAMW_WEIGHT_DECAY = 1e-4

@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 from compressor.backends.base import SchemeExporter
 from compressor.errors import RecipeError
-from compressor.tensors import TensorSpec, is_integer
+from compressor.core.tensors import TensorSpec, is_integer
 
 if TYPE_CHECKING:
-    from compressor.context import Context, ModelState
-    from compressor.steps import StepConfig
+    from compressor.core.context import Context, ModelState
+    from compressor.config.steps import StepConfig
 
 NO_TRAINING_FIX = "use int8 (ptq), fp16 or mixed_int8_fp16"
 IMAGE_CHANNELS = (1, 3)

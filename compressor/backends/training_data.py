@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from compressor.errors import DataError
-from compressor.tensors import Arrays, is_named, rows, take
+from compressor.core.tensors import Arrays, is_named, rows, take
 
 if TYPE_CHECKING:
-    from compressor.context import Context
-    from compressor.steps import TrainingConfig
+    from compressor.core.context import Context
+    from compressor.config.steps import TrainingConfig
 
 
 def training_inputs(ctx: Context, purpose: str) -> tuple[Arrays, np.ndarray | None]:

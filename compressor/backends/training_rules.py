@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from compressor.errors import RecipeError
-from compressor.steps import DistillConfig, PruneConfig, QuantizeConfig
+from compressor.config.steps import DistillConfig, PruneConfig, QuantizeConfig
 
 if TYPE_CHECKING:
-    from compressor.context import ModelState
-    from compressor.steps import StepConfig
+    from compressor.core.context import ModelState
+    from compressor.config.steps import StepConfig
 
 PROBE_SAMPLES = 64   # how many inputs decide whether a model outputs probabilities or logits
 LOG_FLOOR = 1e-12    # probabilities are clamped to this before their log is taken

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from compressor.errors import BackendUnavailableError
 
 if TYPE_CHECKING:
-    from compressor.context import Context, ModelState
+    from compressor.core.context import Context, ModelState
 
 
 def export_checked(backend: Any, state: ModelState, fmt: str, path: Path, ctx: Context) -> Path:

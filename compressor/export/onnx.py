@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from compressor.errors import BackendUnavailableError, RecipeError, first_line
-from compressor.tensor_names import in_layer
+from compressor.core.tensor_names import in_layer
 
 
 def save_checked_onnx(proto: Any, path: Path, log: Path) -> Path:

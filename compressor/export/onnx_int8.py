@@ -19,8 +19,8 @@ import numpy as np
 from compressor.errors import DataError
 from compressor.export.onnx import names_layer
 from compressor.export.onnx_ranges import LearnedRanges, closest_to_float
-from compressor.kernel_ops import ONNX_KERNEL_INPUTS
-from compressor.tensors import matched
+from compressor.core.kernel_ops import ONNX_KERNEL_INPUTS
+from compressor.core.tensors import matched
 
 CALIBRATION_BATCH = 32
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from compressor.kernel_ops import ONNX_KERNEL_INPUTS
+from compressor.core.kernel_ops import ONNX_KERNEL_INPUTS
 
 LAYOUT_OPS = ("Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze")
 

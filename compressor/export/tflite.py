@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from compressor.kernel_ops import TFLITE_KERNEL_INPUTS
+from compressor.core.kernel_ops import TFLITE_KERNEL_INPUTS
 
 
 # float16 files also store embedding tables (GATHER's params) as float16, as the converter does.
@@ -135,7 +135,7 @@ def int8_weights(content: bytes, mode: str) -> bytes:
     so embedding tables and unrolled recurrent kernels are int8 too."""
     from ai_edge_quantizer import quantizer, recipe
 
-    from compressor.quiet import muted_native_output
+    from compressor.core.quiet import muted_native_output
 
     engine = quantizer.Quantizer(bytearray(content))
     engine.load_quantization_recipe(getattr(recipe, POST_TRAINING_RECIPES[mode])())

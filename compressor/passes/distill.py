@@ -8,11 +8,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from compressor.backends.base import Distilling, capable
-from compressor.context import Context, ModelState
+from compressor.core.context import Context, ModelState
 from compressor.errors import RecipeError
-from compressor.registry import register_pass
-from compressor.step_order import check_can_follow
-from compressor.steps import DistillConfig
+from compressor.passes.registry import register_pass
+from compressor.config.order import check_can_follow
+from compressor.config.steps import DistillConfig
 
 if TYPE_CHECKING:
     from compressor.backends.base import Backend

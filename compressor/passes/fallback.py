@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 
-from compressor import validate
+from compressor.tasks.array import metrics as validate
 from compressor.errors import BackendUnavailableError, RecipeError, first_line
 from compressor.export.int8 import export_checked
 
 if TYPE_CHECKING:
     from compressor.backends.base import Backend
-    from compressor.context import Context, ModelState
-    from compressor.steps import QuantizeConfig
+    from compressor.core.context import Context, ModelState
+    from compressor.config.steps import QuantizeConfig
 
 Quantize = Callable[["ModelState"], "ModelState"]   # a float state -> its int8 state
 

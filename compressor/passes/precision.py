@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from compressor.context import Context, ModelState
+from compressor.core.context import Context, ModelState
 from compressor.errors import BackendUnavailableError
-from compressor.registry import register_pass
+from compressor.passes.registry import register_pass
 from compressor.schemes import Float16, apply_scheme
-from compressor.step_order import check_can_follow
-from compressor.steps import PrecisionConfig
+from compressor.config.order import check_can_follow
+from compressor.config.steps import PrecisionConfig
 
 if TYPE_CHECKING:
     from compressor.backends.base import Backend

@@ -4,10 +4,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from compressor.backends.base import Pruning, capable
-from compressor.context import Context, ModelState
-from compressor.registry import register_pass
-from compressor.step_order import check_can_follow
-from compressor.steps import PruneConfig
+from compressor.core.context import Context, ModelState
+from compressor.passes.registry import register_pass
+from compressor.config.order import check_can_follow
+from compressor.config.steps import PruneConfig
 
 if TYPE_CHECKING:
     from compressor.backends.base import Backend

@@ -11,14 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from compressor.context import Context, ModelState
+from compressor.core.context import Context, ModelState
 from compressor.errors import RecipeError
-from compressor.int8_mode import post_training_mode
-from compressor.registry import register_pass
+from compressor.core.int8_mode import post_training_mode
+from compressor.passes.registry import register_pass
 from compressor.schemes import apply_scheme, scheme_class, scheme_of_step
-from compressor.step_order import check_can_follow
-from compressor.steps import QuantizeConfig
-from compressor.tensors import take
+from compressor.config.order import check_can_follow
+from compressor.config.steps import QuantizeConfig
+from compressor.core.tensors import take
 
 if TYPE_CHECKING:
     from compressor.backends.base import Backend

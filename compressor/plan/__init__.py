@@ -14,11 +14,11 @@ from typing import Any
 
 from compressor.devices import DeviceProfile, get_profile, load_profiles
 from compressor.errors import DeviceBudgetError, UsageError
-from compressor.llm.footprint import DEFAULT_RECIPES, LAYOUTS
-from compressor.llm.footprint_tflite import tokenizer_bytes
-from compressor.llm.catalogue import find
-from compressor.llm.headers import ModelDescription, describe
-from compressor.llm.shapes import ModelShape, from_hf_config, is_language_model, param_count, params_by_kind
+from compressor.decoders.footprint import DEFAULT_RECIPES, LAYOUTS
+from compressor.decoders.footprint_tflite import tokenizer_bytes
+from compressor.decoders.catalogue import find
+from compressor.decoders.headers import ModelDescription, describe
+from compressor.decoders.shapes import ModelShape, from_hf_config, is_language_model, param_count, params_by_kind
 from compressor.plan.llm import HEADROOM_FRACTION, layout_for, plan_recipe, recommend
 from compressor.plan.split import split_plan
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from compressor.devices import DeviceProfile
 from compressor.errors import UsageError
-from compressor.llm.footprint import (
+from compressor.decoders.footprint import (
     KV_DTYPE_BYTES,
     LAYOUTS,
     Layout,
@@ -19,8 +19,8 @@ from compressor.llm.footprint import (
     weight_bytes,
     working_bytes,
 )
-from compressor.llm.footprint_tflite import tflite_bytes
-from compressor.llm.shapes import ModelShape, params_by_kind
+from compressor.decoders.footprint_tflite import tflite_bytes
+from compressor.decoders.shapes import ModelShape, params_by_kind
 
 HEADROOM_FRACTION = 0.05   # the recommendation keeps >= 5% of the usable memory free
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from compressor.devices import DeviceProfile
-from compressor.llm.footprint import (
+from compressor.decoders.footprint import (
     PREFILL_TOKENS,
     RUNTIME_BASELINE_BYTES,
     Layout,
@@ -18,7 +18,7 @@ from compressor.llm.footprint import (
     kv_cache_bytes,
     weight_bytes,
 )
-from compressor.llm.shapes import ModelShape
+from compressor.decoders.shapes import ModelShape
 from compressor.plan.llm import kv_bytes_of
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from compressor.errors import DataError
-from compressor.tensors import matched
+from compressor.core.tensors import matched
 from compressor.runtimes.base import WeightTensor
 
 Op = tuple[str, Sequence, Sequence]   # (op_type, input tensor ids, output tensor ids)

@@ -196,7 +196,7 @@ class GenaiLm:
 
     def _close(self, attribute: str) -> None:
         if getattr(self, attribute) is not None:
-            from compressor.memory import trim_heap
+            from compressor.core.memory import trim_heap
 
             setattr(self, attribute, None)
             trim_heap()

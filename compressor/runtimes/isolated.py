@@ -166,7 +166,7 @@ def _crash_if_asked(path: Path, level: str) -> None:
 
 def main(argv: list[str]) -> int:
     from compressor.runtimes import open_runtime
-    from compressor.tensors import take
+    from compressor.core.tensors import take
 
     path, inputs, outputs = Path(argv[0]), Path(argv[1]), Path(argv[2])
     threads, latency, level = int(argv[3]), argv[4] == "1", argv[5] or None

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from compressor.errors import BackendUnavailableError, CompressorError, first_line
-from compressor.tensors import take
+from compressor.core.tensors import take
 
 
 def measure_latency(path: Path, x_one, threads: int | None = None) -> dict:

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from compressor.errors import DataError, ModelLoadError
-from compressor.quiet import muted_native_output as muted_output
+from compressor.core.quiet import muted_native_output as muted_output
 from compressor.runtimes.common import default_threads
 
 NAME = "litert"

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from compressor.errors import ModelLoadError
-from compressor.memory import own_peak_rss_bytes
+from compressor.core.memory import own_peak_rss_bytes
 
 PREFILL_REPEATS = 3
 

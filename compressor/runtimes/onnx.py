@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from compressor.errors import BackendUnavailableError, ModelLoadError
-from compressor.kernel_ops import ONNX_KERNEL_INPUTS, ONNX_OUTPUT_CHANNEL_AXIS, ONNX_PASSTHROUGH
+from compressor.core.kernel_ops import ONNX_KERNEL_INPUTS, ONNX_OUTPUT_CHANNEL_AXIS, ONNX_PASSTHROUGH
 from compressor.runtimes.base import ArtifactInfo, SampleShapes, WeightTensor, sample_of
 from compressor.runtimes.common import (
     RUNTIME_OVERHEAD_BYTES,

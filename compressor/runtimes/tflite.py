@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from compressor.errors import BackendUnavailableError, ModelLoadError
-from compressor.kernel_ops import TFLITE_KERNEL_INPUTS, TFLITE_PASSTHROUGH
-from compressor.quiet import muted_native_output
+from compressor.core.kernel_ops import TFLITE_KERNEL_INPUTS, TFLITE_PASSTHROUGH
+from compressor.core.quiet import muted_native_output
 from compressor.runtimes.base import ArtifactInfo, SampleShapes, WeightTensor
 from compressor.runtimes.tflite_shapes import (fully_connected_rows, signature_ordered,
                                                sized_to_samples)

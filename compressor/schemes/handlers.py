@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from compressor.errors import RecipeError
 
 if TYPE_CHECKING:
-    from compressor.context import Context, ModelState
+    from compressor.core.context import Context, ModelState
     from compressor.schemes.base import Scheme
 
 # apply(backend, state, scheme, ctx) -> state; export(backend, state, scheme, path, ctx) -> path

@@ -9,8 +9,8 @@ import pytest
 from support.artifact_checks import export_both, score
 from support.backend_kits import KITS
 
-from compressor.context import Data, ModelState
-from compressor.steps import PrecisionConfig, PruneConfig, QuantizeConfig
+from compressor.core.context import Data, ModelState
+from compressor.config.steps import PrecisionConfig, PruneConfig, QuantizeConfig
 
 
 @pytest.fixture(scope="package", params=sorted(KITS))

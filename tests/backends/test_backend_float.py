@@ -12,10 +12,10 @@ import pytest
 from support.artifact_checks import accuracy, io_dtypes, kernels, run, score, size
 from support.backend_kits import KITS
 
-from compressor.context import Data, ModelState
+from compressor.core.context import Data, ModelState
 from compressor.errors import DataError
 from compressor.runtimes import inspect_artifact
-from compressor.steps import PruneConfig
+from compressor.config.steps import PruneConfig
 
 slow = pytest.mark.slow
 

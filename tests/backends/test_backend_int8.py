@@ -11,9 +11,9 @@ from support.artifact_checks import (FLOAT_KERNEL_OPS, INT8_KERNEL_OPS, accuracy
                              io_dtypes, kernels, onnxruntime_graph, run, score, size,
                              zero_fraction)
 
-from compressor.context import ModelState
+from compressor.core.context import ModelState
 from compressor.runtimes import inspect_artifact
-from compressor.steps import QuantizeConfig
+from compressor.config.steps import QuantizeConfig
 
 slow = pytest.mark.slow
 pytestmark = pytest.mark.filterwarnings("ignore:You are saving your model as an HDF5 file")

@@ -17,11 +17,11 @@ from torch import nn
 
 from compressor.backends import backend_for
 from compressor.backends.onnx import OnnxBackend
-from compressor.context import ModelState
-from compressor.data import digits
+from compressor.core.context import ModelState
+from compressor.tasks.array.data import digits
 from compressor.errors import ModelLoadError, RecipeError
 from compressor.runtimes import inspect_artifact, open_runtime
-from compressor.steps import PrecisionConfig, QuantizeConfig
+from compressor.config.steps import PrecisionConfig, QuantizeConfig
 
 
 class DigitsResNet(nn.Module):

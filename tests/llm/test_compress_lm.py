@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import compressor as cz
-from compressor import lm_metrics
-from compressor.llm.text_data import TextData
+from compressor.tasks.lm import metrics as lm_metrics
+from compressor.tasks.lm.text_data import TextData
 from support.html_checks import check_report_html
 
 pytestmark = pytest.mark.slow

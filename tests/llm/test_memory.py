@@ -114,7 +114,7 @@ def test_streamed_safetensors_load_as_written(tmp_path):
 def test_the_peak_adds_a_child_to_the_parent():
     """A 300 MB child beside this process: the tree's peak is their sum, which neither
     getrusage peak (this process's, its largest child's) shows."""
-    from compressor import memory
+    from compressor.core import memory
 
     memory.start_sampling()
     parent = memory.rss_of(os.getpid())
@@ -128,7 +128,7 @@ def test_the_peak_adds_a_child_to_the_parent():
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="samples /proc")
 def test_each_run_samples_anew_right_after_the_last_one_stopped():
-    from compressor import memory
+    from compressor.core import memory
 
     memory.start_sampling()
     memory.stop_sampling()

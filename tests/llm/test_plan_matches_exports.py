@@ -1,5 +1,5 @@
 """The plan's artifact bytes against the files compressor's ONNX exporter writes for the same
-model: the byte accounting (compressor/llm/footprint.py LAYOUTS) is the exporter's, not a guess.
+model: the byte accounting (compressor/decoders/footprint.py LAYOUTS) is the exporter's, not a guess.
 
 The export step runs directly (no validation): the recipe's quantize plan as `compress` makes it
 (handlers.weight_only_plan: int4 groups of 32, int8 the widest group <= 128) with round-to-
@@ -46,8 +46,8 @@ def export_onnx(model_dir, recipe: str, root):
     from compressor.backends.llm.handlers import weight_only_plan
     from compressor.backends.llm.load import load_lm
     from compressor.backends.llm.quantize import quantize_lm
-    from compressor.context import Context, Data, ModelState
-    from compressor.progress import Progress
+    from compressor.core.context import Context, Data, ModelState
+    from compressor.core.progress import Progress
     from compressor.schemes import Float16, Int4WeightOnly, Int8WeightOnly
 
     scheme = {"int4": Int4WeightOnly(), "int8": Int8WeightOnly(), "fp16": Float16()}[recipe]
@@ -92,8 +92,8 @@ def export_tflite_files(model_dir, root) -> dict[str, int]:
     from compressor.backends.llm.handlers import weight_only_plan
     from compressor.backends.llm.load import load_lm
     from compressor.backends.llm.quantize import quantize_lm
-    from compressor.context import Context, Data
-    from compressor.progress import Progress
+    from compressor.core.context import Context, Data
+    from compressor.core.progress import Progress
     from compressor.schemes import Int4WeightOnly, Int8WeightOnly
 
     base = load_lm(model_dir)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from compressor.errors import DataError
-from compressor.llm.text_data import CORPUS, TextData, is_text_data_ref, resolve_text_data
+from compressor.tasks.lm.text_data import CORPUS, TextData, is_text_data_ref, resolve_text_data
 from support import tiny_lm
 
 FORMATS = "a UTF-8 .txt file, a .jsonl file with a \"text\" field per line, or `text`"

@@ -14,11 +14,11 @@ import pytest
 from support.distill_kits import KITS, kit_fixture
 
 import compressor as cz
-from compressor.context import Data, ModelState
+from compressor.core.context import Data, ModelState
 from compressor.errors import ModelLoadError, RecipeError
-from compressor.recipe import load_recipe
+from compressor.config.recipe import load_recipe
 from compressor.runtimes import inspect_artifact
-from compressor.steps import DistillConfig, PruneConfig, QuantizeConfig
+from compressor.config.steps import DistillConfig, PruneConfig, QuantizeConfig
 
 slow = pytest.mark.slow
 FEW_LABELS = 100   # KD pays off where labels are scarce: the teacher's soft targets add information

@@ -12,11 +12,11 @@ import pytest
 from support.artifact_checks import accuracy, export_both, kernel_dtypes
 from support.html_checks import check_report_html
 
-from compressor.context import ModelState
+from compressor.core.context import ModelState
 from compressor.errors import AccuracyGateError
-from compressor.pipeline import compress
+from compressor.run.pipeline import compress
 from compressor.schemes import Int8Static, apply_scheme
-from compressor.steps import QuantizeConfig
+from compressor.config.steps import QuantizeConfig
 
 slow = pytest.mark.slow
 QUANTIZABLE = 5   # conv_a / conv_b (features), hidden, bottleneck, logits

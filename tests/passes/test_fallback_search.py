@@ -10,12 +10,12 @@ from support import helpers
 import numpy as np
 import pytest
 
-from compressor.context import Data, ModelState
+from compressor.core.context import Data, ModelState
 from compressor.errors import RecipeError
 from compressor.passes import fallback
 from compressor.passes.fallback import Trial
 from compressor.report import render_markdown
-from compressor.steps import QuantizeConfig, ValidateConfig
+from compressor.config.steps import QuantizeConfig, ValidateConfig
 
 LAYERS = ("conv", "hidden", "bottleneck", "logits")
 BASELINE = 0.96

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 from support import helpers
 
-from compressor.context import Data, ModelState
+from compressor.core.context import Data, ModelState
 from compressor.errors import BackendUnavailableError
 from compressor.passes import fallback
 from compressor.passes.fallback import Trial
-from compressor.steps import QuantizeConfig, ValidateConfig
+from compressor.config.steps import QuantizeConfig, ValidateConfig
 
 BASELINE = 0.96
 

@@ -15,10 +15,10 @@ from support.distill_kits import KITS
 
 import compressor as cz
 from compressor.backends.feature_pairs import needs_projection, resolve_layer
-from compressor.context import Data, ModelState
+from compressor.core.context import Data, ModelState
 from compressor.errors import RecipeError
 from compressor.runtimes import inspect_artifact
-from compressor.steps import DistillConfig
+from compressor.config.steps import DistillConfig
 
 slow = pytest.mark.slow
 TEACHER_SHAPE = {"filters": (16, 32), "dense": 64}
@@ -199,7 +199,7 @@ def _cli_models(kit, folder, student, teacher):
 
 
 def test_teacher_term_stays_in_later_steps_only_when_asked():
-    from compressor.steps import PruneConfig, QuantizeConfig
+    from compressor.config.steps import PruneConfig, QuantizeConfig
 
     later = (PruneConfig(sparsity=0.3), QuantizeConfig(), None)   # None: a user's plain loop
     default, guiding = DistillConfig(), DistillConfig(guide_later_steps=True)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from support import helpers
 import pytest
 
-from compressor.context import ModelState
+from compressor.core.context import ModelState
 from compressor.errors import BackendUnavailableError, RecipeError
 from compressor.schemes import Float16, Int8Qat, Scheme, apply_handler
-from compressor.steps import PrecisionConfig, PruneConfig, QuantizeConfig
+from compressor.config.steps import PrecisionConfig, PruneConfig, QuantizeConfig
 
 
 class RecordingBackend:

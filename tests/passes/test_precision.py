@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 from support.artifact_checks import export_both, kernel_dtypes, run
 
-from compressor.context import ModelState
+from compressor.core.context import ModelState
 from compressor.errors import BackendUnavailableError, RecipeError
-from compressor.pipeline import compress
-from compressor.recipe import recipe_from_dict
+from compressor.run.pipeline import compress
+from compressor.config.recipe import recipe_from_dict
 from compressor.runtimes import inspect_artifact
 from compressor.schemes import Float16
-from compressor.steps import PrecisionConfig
+from compressor.config.steps import PrecisionConfig
 
 slow = pytest.mark.slow
 FORMATS = ("tflite", "onnx")

@@ -16,11 +16,11 @@ import pytest
 import compressor as cz
 from support.html_checks import check_report_html
 from compressor.backends import get_backend
-from compressor.context import ModelState
-from compressor.data import digits
+from compressor.core.context import ModelState
+from compressor.tasks.array.data import digits
 from compressor.errors import RecipeError
-from compressor.recipe import recipe_from_dict
-from compressor.steps import PruneConfig
+from compressor.config.recipe import recipe_from_dict
+from compressor.config.steps import PruneConfig
 
 from support import helpers
 

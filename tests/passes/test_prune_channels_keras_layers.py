@@ -13,10 +13,10 @@ import pytest
 
 import compressor as cz
 from compressor.backends import get_backend
-from compressor.context import ModelState
-from compressor.data import digits
+from compressor.core.context import ModelState
+from compressor.tasks.array.data import digits
 from compressor.runtimes import inspect_artifact
-from compressor.steps import PruneConfig
+from compressor.config.steps import PruneConfig
 
 from support import helpers
 

@@ -9,9 +9,9 @@ import pytest
 
 import compressor as cz
 from compressor.backends import get_backend
-from compressor.context import ModelState
-from compressor.data import digits
-from compressor.steps import PruneConfig
+from compressor.core.context import ModelState
+from compressor.tasks.array.data import digits
+from compressor.config.steps import PruneConfig
 
 from support import helpers
 from support.io_models import bert_inputs, tiny_bert, token_data

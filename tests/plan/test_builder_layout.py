@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from compressor.llm.footprint import Storage, builder_layout, weight_bytes
-from compressor.llm.shapes import from_hf_config
+from compressor.decoders.footprint import Storage, builder_layout, weight_bytes
+from compressor.decoders.shapes import from_hf_config
 from support import plan_models
 
 pytestmark = pytest.mark.slow      # ~30 builder runs in one process

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from compressor.cli import main
+from compressor.cli.main import main
 from compressor.errors import DeviceBudgetError
-from compressor.llm.catalogue import lookup
+from compressor.decoders.catalogue import lookup
 from compressor.plan import plan, plan_gate
 
 TOP = {"model", "target", "context", "batch", "device", "plans", "recommended"}

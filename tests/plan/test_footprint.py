@@ -3,8 +3,8 @@ cache with sliding windows capped, and the 8B Llama on a Jetson Orin NX 8GB at 4
 from __future__ import annotations
 
 from compressor.devices import get_profile
-from compressor.llm.catalogue import lookup
-from compressor.llm.footprint import (
+from compressor.decoders.catalogue import lookup
+from compressor.decoders.footprint import (
     LAYOUTS,
     RUNTIME_BASELINE_BYTES,
     Storage,
@@ -13,7 +13,7 @@ from compressor.llm.footprint import (
     weight_bytes,
     working_bytes,
 )
-from compressor.llm.shapes import from_hf_config
+from compressor.decoders.shapes import from_hf_config
 from compressor.plan.llm import max_context, plan_recipe, recommend
 from compressor.plan.split import split_plan
 from support.plan_models import TINY_CONFIGS

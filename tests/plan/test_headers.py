@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from compressor.errors import ModelLoadError
-from compressor.llm.catalogue import lookup
-from compressor.llm.headers import describe, safetensors_header
-from compressor.llm.shapes import from_hf_config, param_count, tensor_inventory
+from compressor.decoders.catalogue import lookup
+from compressor.decoders.headers import describe, safetensors_header
+from compressor.decoders.shapes import from_hf_config, param_count, tensor_inventory
 from support import plan_models
 from support.plan_models import TINY_CONFIGS
 
@@ -79,7 +79,7 @@ def test_without_config_json_the_shapes_come_from_tensor_names(tmp_path, name):
 SPARSE_PLAN = plan_models.PEAK_RSS + """
 import json, resource, sys, time
 start = time.perf_counter()
-from compressor.cli import main
+from compressor.cli.main import main
 rc = main(["plan", sys.argv[1], "--json"])
 usage = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"rc": rc, "wall_s": time.perf_counter() - start,

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from compressor.llm.footprint import builder_layout, kv_cache_bytes, weight_bytes, working_bytes
-from compressor.llm.shapes import from_hf_config
+from compressor.decoders.footprint import builder_layout, kv_cache_bytes, weight_bytes, working_bytes
+from compressor.decoders.shapes import from_hf_config
 from support import plan_models
 
 pytestmark = pytest.mark.slow      # two builds and four generation runs

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from compressor.errors import ModelLoadError
-from compressor.llm.catalogue import entries, find, lookup
-from compressor.llm.shapes import from_hf_config, param_count, params_by_kind, tensor_inventory
+from compressor.decoders.catalogue import entries, find, lookup
+from compressor.decoders.shapes import from_hf_config, param_count, params_by_kind, tensor_inventory
 from support import plan_models
 
 # Counts the model cards / safetensors metadata publish (what users check us against).

@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compressor.context import Data
+from compressor.core.context import Data
 from compressor.runtimes.latency import measure_latency
-from compressor.steps import ValidateConfig
-from compressor.validate import evaluate_artifact
+from compressor.config.steps import ValidateConfig
+from compressor.tasks.array.metrics import evaluate_artifact
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")

@@ -11,10 +11,10 @@ import onnx
 import pytest
 
 import compressor as cz
-from compressor.cli import main
+from compressor.cli.main import main
 from compressor.runtimes import inspect_artifact, open_runtime
-from compressor.steps import ValidateConfig
-from compressor.validate import evaluate_artifact
+from compressor.config.steps import ValidateConfig
+from compressor.tasks.array.metrics import evaluate_artifact
 from support.two_head_models import save_npz, two_head_data, two_head_keras
 
 pytestmark = pytest.mark.slow

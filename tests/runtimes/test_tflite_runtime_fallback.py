@@ -33,7 +33,7 @@ PROBE = ("import importlib.util as u, numpy, tflite_runtime.interpreter, yaml, p
 
 TRAIN_INT8 = textwrap.dedent("""
     import numpy as np, tensorflow as tf, tf_keras as keras
-    from compressor.data import digits
+    from compressor.tasks.array.data import digits
     tf.random.set_seed(0)
     tf.config.experimental.enable_op_determinism()
     data = digits("NHWC")

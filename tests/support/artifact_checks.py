@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
-from compressor.context import Data
+from compressor.core.context import Data
 from compressor.runtimes import inspect_artifact, open_runtime
 
 

@@ -14,9 +14,9 @@ from support import helpers
 import numpy as np
 
 from compressor.backends import get_backend
-from compressor.context import Context, Data, ModelState
-from compressor.data import digits
-from compressor.steps import StepConfig
+from compressor.core.context import Context, Data, ModelState
+from compressor.tasks.array.data import digits
+from compressor.config.steps import StepConfig
 
 
 class Kit:
@@ -84,7 +84,7 @@ class KerasKit(Kit):
                          "onnx", "onnxruntime", "ai_edge_litert", "keras")
     backend_imports = ("compressor.backends.keras", "compressor.backends.keras.tflite",
                        "compressor.backends.keras.onnx", "compressor.export.int8",
-                       "compressor.quiet")
+                       "compressor.core.quiet")
 
     def trained_cnn(self) -> Any:
         from support import keras_models as km

@@ -14,9 +14,9 @@ from support import helpers
 import numpy as np
 
 from compressor.backends import examples, get_backend
-from compressor.context import Context, Data, ModelState
-from compressor.data import digits
-from compressor.steps import StepConfig
+from compressor.core.context import Context, Data, ModelState
+from compressor.tasks.array.data import digits
+from compressor.config.steps import StepConfig
 
 STUDENT_SHAPE = {"filters": (8, 16), "dense": 24}   # about 20% of the teacher's parameters
 

@@ -48,8 +48,8 @@ def quantized_lm(model_dir: Path, scheme: str, group_size: int) -> Any:
 def genai_build(tmp_path_factory: Any, model_dir: Path, scheme: str = "int4",
                 group_size: int = 32, context: int | None = None) -> GenaiBuild:
     from compressor.backends.llm.genai import write_genai_folder
-    from compressor.context import Context, Data, ModelState
-    from compressor.progress import Progress
+    from compressor.core.context import Context, Data, ModelState
+    from compressor.core.progress import Progress
 
     key = (str(model_dir), scheme, group_size, context)
     if key not in _BUILT:

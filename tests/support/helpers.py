@@ -7,10 +7,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from compressor.context import Context, Data, ModelState
-from compressor.progress import Progress
-from compressor.registry import get_pass
-from compressor.steps import StepConfig
+from compressor.core.context import Context, Data, ModelState
+from compressor.core.progress import Progress
+from compressor.passes.registry import get_pass
+from compressor.config.steps import StepConfig
 
 
 def context(data: Data | None = None, workdir: Path | str = "work", seed: int = 0,

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from compressor.context import Data
-from compressor.data import digits
+from compressor.core.context import Data
+from compressor.tasks.array.data import digits
 
 
 def image_stats(images: np.ndarray) -> np.ndarray:

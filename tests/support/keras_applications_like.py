@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from compressor.context import Data
+from compressor.core.context import Data
 
 SIZE, CLASSES = 16, 4
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from compressor.context import Data
+from compressor.core.context import Data
 
 
 def tf_keras():

@@ -11,7 +11,7 @@ from typing import Any
 
 from support import keras_models as km
 
-from compressor.context import Data
+from compressor.core.context import Data
 
 
 NETS = ("resnet_style", "mobilenet_v2_style", "mlp")

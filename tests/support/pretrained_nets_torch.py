@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from compressor.backends.examples import train_torch_classifier
-from compressor.context import Data
+from compressor.core.context import Data
 
 import torch_models as tm
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from compressor.llm.text_data import SEPARATOR, TextData, bos_token_id
+from compressor.tasks.lm.text_data import SEPARATOR, TextData, bos_token_id
 
 FAMILIES = ("llama", "llama3", "qwen2", "gemma2", "phi3", "mistral")
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<pad>")   # ids 0, 1, 2, 3 in every trained tokenizer

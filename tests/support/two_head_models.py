@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from compressor.context import Data
+from compressor.core.context import Data
 
 ROWS, TRAIN = 400, 300
 

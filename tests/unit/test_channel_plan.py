@@ -8,7 +8,7 @@ import pytest
 from compressor.backends.channel_plan import (MAX_RATIO, ChannelPruning, aligned_count,
                                               channel_ratio, kept_channels, kept_count,
                                               l2_importance)
-from compressor.steps import PruneConfig
+from compressor.config.steps import PruneConfig
 
 
 @pytest.mark.parametrize("count, ratio, multiple, kept", [

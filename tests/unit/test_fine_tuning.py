@@ -10,7 +10,7 @@ import pytest
 
 from compressor.backends.fine_tuning import (EpochRecord, TrainingHistory, lr_at, peak_lr,
                                              val_score, val_targets)
-from compressor.steps import DistillConfig, PruneConfig, QuantizeConfig
+from compressor.config.steps import DistillConfig, PruneConfig, QuantizeConfig
 
 
 @pytest.mark.parametrize("config, peak", [

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from compressor.gate import bound_from_report, gate_bound
-from compressor.steps import ValidateConfig
-from compressor.validate import gate_failure, gate_passes
+from compressor.config.gate import bound_from_report, gate_bound
+from compressor.config.steps import ValidateConfig
+from compressor.tasks.array.metrics import gate_failure, gate_passes
 
 
 def _row(value: float, drop: float) -> dict:

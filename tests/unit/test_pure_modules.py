@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 MODULES = ("compressor.backends.channel_plan", "compressor.backends.fine_tuning",
-           "compressor.tensors", "compressor.report", "compressor.recipe")
+           "compressor.core.tensors", "compressor.report", "compressor.config.recipe")
 FRAMEWORKS = ("tensorflow", "tf_keras", "tensorflow_model_optimization", "torch", "torchao",
               "onnx", "onnxruntime", "ai_edge_litert", "tf2onnx", "keras")
 

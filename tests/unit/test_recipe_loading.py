@@ -1,4 +1,4 @@
-"""compressor/recipe.py: loading built-ins and files, `extends`, the size limits, and error
+"""compressor/config/recipe.py: loading built-ins and files, `extends`, the size limits, and error
 messages that name the file and the key path (`steps.0.sparsity`). Step-order rules are
 tested with the step registry, not here."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from compressor.errors import RecipeError
-from compressor.recipe import (MAX_EXTENDS, MAX_RECIPE_BYTES, MAX_STEPS, builtin_names,
+from compressor.config.recipe import (MAX_EXTENDS, MAX_RECIPE_BYTES, MAX_STEPS, builtin_names,
                                load_recipe, recipe_from_dict)
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compressor.run_record import RunRecord
+from compressor.core.record import RunRecord
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from compressor.schemes import (FLOAT32, Float16, Int8Dynamic, Int8Qat, Int8Sche
                                 Int8WeightOnly, Scheme, apply_handler, apply_scheme,
                                 export_handler, find_apply, find_export, formats_of,
                                 scheme_class)
-from compressor.steps import PrecisionConfig, QuantizeConfig
-from compressor.validate import dtype_bits, weight_share_at
+from compressor.config.steps import PrecisionConfig, QuantizeConfig
+from compressor.tasks.array.metrics import dtype_bits, weight_share_at
 
 
 def test_each_builtin_mode_builds_its_scheme_from_the_step():
@@ -64,7 +64,7 @@ def test_handlers_are_found_through_the_scheme_classes(tmp_path):
     with pytest.raises(RuntimeError, match="registered twice"):
         apply_handler(Int8WeightOnly, "unit-kind")(apply)
 
-    from compressor.context import ModelState
+    from compressor.core.context import ModelState
 
     class Kind:
         name = "unit-kind"

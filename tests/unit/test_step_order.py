@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from compressor.errors import RecipeError
-from compressor.step_order import check_can_follow, check_user_loop_step, recipe_order_error
-from compressor.steps import DistillConfig, PrecisionConfig, PruneConfig, QuantizeConfig
+from compressor.config.order import check_can_follow, check_user_loop_step, recipe_order_error
+from compressor.config.steps import DistillConfig, PrecisionConfig, PruneConfig, QuantizeConfig
 
 PRUNE, PTQ, QAT = PruneConfig(sparsity=0.3), QuantizeConfig(mode="ptq"), QuantizeConfig()
 HALF, KD = PrecisionConfig(), DistillConfig()

@@ -1,11 +1,11 @@
-"""compressor/tensors.py: one array or several named ones, in and out of a model."""
+"""compressor/core/tensors.py: one array or several named ones, in and out of a model."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from compressor.errors import DataError
-from compressor.tensors import (TensorSpec, aligned_outputs, concat, is_integer, matched, named,
+from compressor.core.tensors import (TensorSpec, aligned_outputs, concat, is_integer, matched, named,
                                 output_index, output_list, rows, select_output, specs_of, take)
 
 

@@ -10,9 +10,9 @@ from compressor.backends.training_rules import (CROSS_ENTROPY_ON_LOGITS,
                                                 CROSS_ENTROPY_ON_PROBABILITIES, MSE, NUMPY_OPS,
                                                 as_logits, distillation_loss, keeps_pruned_zeros,
                                                 outputs_probabilities, require_teacher, task_loss)
-from compressor.context import ModelState
+from compressor.core.context import ModelState
 from compressor.errors import RecipeError
-from compressor.steps import DistillConfig, PrecisionConfig, PruneConfig, QuantizeConfig
+from compressor.config.steps import DistillConfig, PrecisionConfig, PruneConfig, QuantizeConfig
 
 RNG = np.random.default_rng(0)
 STUDENT = RNG.normal(size=(16, 10)) * 3.0

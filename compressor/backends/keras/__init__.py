@@ -12,10 +12,10 @@ from compressor.backends.base import ModelInfo, SchemeExporter
 from compressor.backends.keras import handlers  # noqa: F401  (registers the handlers)
 
 if TYPE_CHECKING:
-    from compressor.tensors import Arrays
+    from compressor.core.tensors import Arrays
     from compressor.backends.base import UserTraining
-    from compressor.context import Context, ModelState
-    from compressor.steps import DistillConfig, PruneConfig, StepConfig
+    from compressor.core.context import Context, ModelState
+    from compressor.config.steps import DistillConfig, PruneConfig, StepConfig
 
 
 class KerasBackend(SchemeExporter):

@@ -28,11 +28,11 @@ from compressor.backends.keras.channel_groups import (
 from compressor.backends.keras.env import import_tf_keras
 from compressor.backends.keras.train import fine_tune
 from compressor.errors import BackendUnavailableError, ModelLoadError, first_line
-from compressor.steps import DistillConfig
+from compressor.config.steps import DistillConfig
 
 if TYPE_CHECKING:
-    from compressor.context import Context, ModelState
-    from compressor.steps import PruneConfig
+    from compressor.core.context import Context, ModelState
+    from compressor.config.steps import PruneConfig
 
 KERNEL_LAYERS = (*SOURCES, "DepthwiseConv2D")
 

@@ -16,8 +16,8 @@ from compressor.backends.keras.train import fine_tune
 from compressor.backends.training_rules import keeps_pruned_zeros
 
 if TYPE_CHECKING:
-    from compressor.context import Context, ModelState
-    from compressor.steps import DistillConfig
+    from compressor.core.context import Context, ModelState
+    from compressor.config.steps import DistillConfig
 
 
 def distilled_model(state: ModelState, config: DistillConfig, ctx: Context) -> Any:

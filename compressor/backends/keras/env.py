@@ -15,7 +15,7 @@ from compressor.errors import BackendUnavailableError
 
 
 def _configure_environment() -> None:
-    from compressor.quiet import hush_libraries
+    from compressor.core.quiet import hush_libraries
 
     hush_libraries()
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
@@ -35,7 +35,7 @@ def _first_tensorflow_import() -> ModuleType:
     TF_CPP_MIN_LOG_LEVEL does not cover absl's pre-init warnings or the CUDA probes
     ("Could not find cuda drivers", "failed call to cuInit") on CPU-only machines.
     """
-    from compressor.quiet import log_tail, quiet_import
+    from compressor.core.quiet import log_tail, quiet_import
 
     with quiet_import("tensorflow") as log:
         try:

@@ -14,7 +14,7 @@ from typing import Any
 from compressor.backends.feature_pairs import needs_projection, resolve_pairs
 from compressor.backends.keras.env import import_tensorflow, import_tf_keras
 from compressor.errors import RecipeError
-from compressor.steps import DistillConfig, TrainingConfig
+from compressor.config.steps import DistillConfig, TrainingConfig
 
 CHANNEL_AXIS = -1   # NHWC / (N, L, C) / (N, C) features
 

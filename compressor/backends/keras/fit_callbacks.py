@@ -19,7 +19,7 @@ from compressor.backends.fine_tuning import (
 from compressor.backends.keras.env import import_tensorflow, import_tf_keras
 
 if TYPE_CHECKING:
-    from compressor.steps import TrainingConfig
+    from compressor.config.steps import TrainingConfig
 
 
 def fine_tuning_optimizer(config: TrainingConfig, total_steps: int) -> Any:

@@ -15,7 +15,7 @@ from compressor.schemes import (Float16, Float32, Int8Dynamic, Int8Qat, Int8Sche
                                 Int8WeightOnly, apply_handler, export_handler)
 
 if TYPE_CHECKING:
-    from compressor.context import Context, ModelState
+    from compressor.core.context import Context, ModelState
 
 KIND = "keras"
 TFLITE_INT8_WEIGHTS = ("ai-edge-quantizer {recipe} on the float32 TFLiteConverter file: int8 "

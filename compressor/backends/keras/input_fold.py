@@ -30,7 +30,7 @@ import numpy as np
 from compressor.backends.keras.env import import_tensorflow, import_tf_keras
 from compressor.backends.keras.io import predict
 from compressor.export.input_band import channel_constants, is_narrow
-from compressor.tensors import output_list
+from compressor.core.tensors import output_list
 
 PREPROCESSING = ("Rescaling", "Normalization")
 TOLERANCE = 1e-4   # max |folded - original| over the outputs, relative to their max |value|

@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from compressor.backends.base import ModelInfo
-from compressor.int8_mode import layer_kinds
-from compressor.tensors import Arrays, TensorSpec, concat, matched, rows, take
+from compressor.core.int8_mode import layer_kinds
+from compressor.core.tensors import Arrays, TensorSpec, concat, matched, rows, take
 
 FLOAT32_BYTES = 4
 

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 from compressor.backends.keras.env import import_tensorflow
 from compressor.errors import BackendUnavailableError, first_line
 from compressor.export.tflite import float16_weights
-from compressor.kernel_ops import TFLITE_KERNEL_INPUTS
-from compressor.quiet import captured_native_output
-from compressor.tensor_names import in_layer
+from compressor.core.kernel_ops import TFLITE_KERNEL_INPUTS
+from compressor.core.quiet import captured_native_output
+from compressor.core.tensor_names import in_layer
 
 if TYPE_CHECKING:
-    from compressor.context import Context, ModelState
+    from compressor.core.context import Context, ModelState
     from compressor.schemes import Int8Scheme
 
 KERNEL_LAYER_ATTRS = ("kernel", "depthwise_kernel")

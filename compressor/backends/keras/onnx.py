@@ -21,12 +21,12 @@ from compressor.backends.keras.io import original_names
 from compressor.errors import BackendUnavailableError, converter_failure
 from compressor.export.onnx import (float16_onnx, renamed_io, require_dynamic_batch,
                                     save_checked_onnx)
-from compressor.quiet import captured_native_output
+from compressor.core.quiet import captured_native_output
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from compressor.context import Context
+    from compressor.core.context import Context
     from compressor.export.onnx_ranges import LearnedRanges
     from compressor.schemes import Float16, Int8Scheme
 

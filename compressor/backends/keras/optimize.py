@@ -13,11 +13,11 @@ from compressor.backends.keras.train import fine_tune
 from compressor.backends.training_data import steps_per_epoch
 from compressor.backends.training_rules import keeps_pruned_zeros
 from compressor.errors import BackendUnavailableError, first_line
-from compressor.steps import DistillConfig, PruneConfig
+from compressor.config.steps import DistillConfig, PruneConfig
 
 if TYPE_CHECKING:
-    from compressor.context import Context, ModelState
-    from compressor.steps import QuantizeConfig
+    from compressor.core.context import Context, ModelState
+    from compressor.config.steps import QuantizeConfig
 
 MASK_UPDATES = 10   # how many times the pruning mask is recomputed while sparsity ramps up
 FOLD_CHECK_SAMPLES = 32   # training inputs that tell whether the stem reads a narrow band

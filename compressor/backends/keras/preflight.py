@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from compressor.errors import RecipeError
-from compressor.steps import QuantizeConfig, StepConfig
+from compressor.config.steps import QuantizeConfig, StepConfig
 
 SHOWN, NAME_CHARS = 2, 40   # blocking layers named in the one-line refusal, and their length
 

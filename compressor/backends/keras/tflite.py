@@ -21,11 +21,11 @@ from compressor.backends.keras.recurrent import unrolled_for_tflite
 from compressor.errors import BackendUnavailableError, RecipeError, converter_failure
 from compressor.export.tflite import int8_weights, renamed_signature
 from compressor.export.tflite_tables import int8_tables
-from compressor.quiet import captured_native_output
-from compressor.tensors import rows
+from compressor.core.quiet import captured_native_output
+from compressor.core.tensors import rows
 
 if TYPE_CHECKING:
-    from compressor.context import Context, ModelState
+    from compressor.core.context import Context, ModelState
     from compressor.schemes import Float16, Int8Scheme
 
 ENTRIES_PER_MODEL = 4   # a fallback search converts many candidates: keep only recent ones

@@ -27,11 +27,11 @@ from compressor.backends.training_rules import (CROSS_ENTROPY_ON_LOGITS, MSE, NU
                                                 PROBE_SAMPLES, ArrayOps, as_logits,
                                                 outputs_probabilities, require_teacher, task_loss)
 from compressor.backends.training_rules import distillation_loss as kd_loss
-from compressor.tensors import Arrays, is_named, matched, output_list, rows, take
+from compressor.core.tensors import Arrays, is_named, matched, output_list, rows, take
 
 if TYPE_CHECKING:
-    from compressor.context import Context
-    from compressor.steps import DistillConfig, TrainingConfig
+    from compressor.core.context import Context
+    from compressor.config.steps import DistillConfig, TrainingConfig
 
 
 def fine_tune(build_model: Callable[[], Any], reference: Any, config: TrainingConfig,

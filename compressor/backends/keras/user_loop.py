@@ -17,8 +17,8 @@ from compressor.backends.training_data import steps_per_epoch
 from compressor.errors import BackendUnavailableError
 
 if TYPE_CHECKING:
-    from compressor.context import Context, ModelState
-    from compressor.steps import PruneConfig, StepConfig
+    from compressor.core.context import Context, ModelState
+    from compressor.config.steps import PruneConfig, StepConfig
 
 
 def start_user_training(state: ModelState, step: StepConfig | None, ctx: Context,

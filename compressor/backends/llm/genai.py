@@ -19,7 +19,7 @@ from typing import Any
 from compressor.backends.llm.genai_builder import run_builder
 from compressor.backends.llm.gptq_format import save_tokenizer_and_generation, write_gptq_folder
 from compressor.errors import BackendUnavailableError
-from compressor.memory import trim_heap
+from compressor.core.memory import trim_heap
 
 FOLDER = "model-onnx"
 # The builder's precision per scheme: our integers go in at -p int4 whatever their bits (at

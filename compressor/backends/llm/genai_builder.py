@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from compressor.errors import BackendUnavailableError, first_line
-from compressor.memory import trim_heap
+from compressor.core.memory import trim_heap
 
 EXTRA_OPTIONS = ("accuracy_level=4",)   # int8 activations in MatMulNBits: the fast CPU kernel
 LAST_RUN: dict[str, float] = {}         # seconds and peak RSS of the last run (tests, bench)

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from compressor.memory import release_file_pages
+from compressor.core.memory import release_file_pages
 
 COLUMN_CHUNK = 2048   # output columns per step: bounds the temporaries to K x 2048 values
 

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 # INT8_GROUP: the int8 blocks (MatMulNBits blocks are powers of two; 128 is as good as per
 # channel at 8 bits), one number for the exporter and the planner
-from compressor.llm.footprint import INT8_GROUP
+from compressor.decoders.footprint import INT8_GROUP
 from compressor.schemes import (Float16, Float32, Int4WeightOnly, Int8WeightOnly, Scheme,
                                 apply_handler, export_handler)
 
 if TYPE_CHECKING:
-    from compressor.context import Context, ModelState
+    from compressor.core.context import Context, ModelState
 
 KIND = "llm"
 

@@ -21,7 +21,7 @@ import os
 import sys
 import time
 
-from compressor.memory import own_peak_rss_bytes
+from compressor.core.memory import own_peak_rss_bytes
 
 UNSUPPORTED = 3   # exit code: the family / config is not one this route converts
 

@@ -26,7 +26,7 @@ import torch
 
 from compressor.backends.llm.grid import gptq, rtn
 from compressor.backends.llm.model import LoadedLm, QuantizedLinear
-from compressor.memory import release_file_pages, trim_heap
+from compressor.core.memory import release_file_pages, trim_heap
 
 CALIBRATION_BATCH = 4      # windows per forward pass
 

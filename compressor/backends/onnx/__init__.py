@@ -19,8 +19,8 @@ from compressor.backends.post_training import PostTrainingBackend, image_layout_
 from compressor.errors import ModelLoadError
 
 if TYPE_CHECKING:
-    from compressor.context import ModelState
-    from compressor.tensors import Arrays
+    from compressor.core.context import ModelState
+    from compressor.core.tensors import Arrays
 
 
 class OnnxBackend(PostTrainingBackend):

@@ -18,10 +18,10 @@ from compressor.backends.onnx.model import OnnxModel, describe_onnx
 from compressor.backends.training_data import calibration_samples
 from compressor.errors import DataError
 from compressor.export.onnx import float16_onnx, save_checked_onnx
-from compressor.tensors import matched
+from compressor.core.tensors import matched
 
 if TYPE_CHECKING:
-    from compressor.context import Context
+    from compressor.core.context import Context
     from compressor.schemes import Float16, Int8Scheme
 
 CALIBRATION_BATCH = 32

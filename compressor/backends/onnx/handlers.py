@@ -14,7 +14,7 @@ from compressor.schemes import (Float16, Float32, Int8Dynamic, Int8Scheme, Int8S
 
 if TYPE_CHECKING:
     from compressor.backends.onnx.model import OnnxModel
-    from compressor.context import Context, ModelState
+    from compressor.core.context import Context, ModelState
 
 FloatGraph = Callable[["ModelState", "Context"], "OnnxModel"]
 # who makes each int8 mode's file, and where its ranges come from (report.json `made_by`)

@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 
 from compressor.backends.base import ModelInfo
-from compressor.int8_mode import layer_kinds
+from compressor.core.int8_mode import layer_kinds
 from compressor.errors import BackendUnavailableError, ModelLoadError, first_line
-from compressor.kernel_ops import ONNX_KERNEL_INPUTS
-from compressor.tensors import Arrays, TensorSpec
+from compressor.core.kernel_ops import ONNX_KERNEL_INPUTS
+from compressor.core.tensors import Arrays, TensorSpec
 
 QUANTIZABLE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 # Beyond this, a protobuf cannot be serialized in one piece: weights go to an external file.

@@ -27,8 +27,8 @@ from compressor.backends.saved_model import handlers  # noqa: F401  (registers t
 from compressor.errors import ModelLoadError
 
 if TYPE_CHECKING:
-    from compressor.context import ModelState
-    from compressor.tensors import Arrays
+    from compressor.core.context import ModelState
+    from compressor.core.tensors import Arrays
 
 
 class SavedModelBackend(PostTrainingBackend):

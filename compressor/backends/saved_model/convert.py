@@ -19,7 +19,7 @@ from compressor.errors import RecipeError
 
 if TYPE_CHECKING:
     from compressor.backends.onnx.model import OnnxModel
-    from compressor.context import Context
+    from compressor.core.context import Context
     from compressor.schemes import Float16, Int8Scheme
 
 

@@ -18,7 +18,7 @@ from compressor.schemes import (Float16, Float32, Int8Scheme, Int8Static, apply_
 
 if TYPE_CHECKING:
     from compressor.backends.onnx.model import OnnxModel
-    from compressor.context import Context, ModelState
+    from compressor.core.context import Context, ModelState
 
 KIND = "saved_model"
 

@@ -14,7 +14,7 @@ import numpy as np
 from compressor.backends.base import ModelInfo
 from compressor.backends.keras.env import import_tensorflow
 from compressor.errors import DataError, ModelLoadError, first_line
-from compressor.tensors import Arrays, TensorSpec, matched
+from compressor.core.tensors import Arrays, TensorSpec, matched
 
 SIGNATURE = "serving_default"
 

@@ -17,8 +17,8 @@ from compressor.backends.torch.env import require
 
 if TYPE_CHECKING:
     from compressor.backends.base import UserTraining
-    from compressor.context import Context, ModelState
-    from compressor.steps import DistillConfig, PruneConfig, StepConfig
+    from compressor.core.context import Context, ModelState
+    from compressor.config.steps import DistillConfig, PruneConfig, StepConfig
 
 
 class TorchBackend(SchemeExporter):

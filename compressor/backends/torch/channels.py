@@ -24,11 +24,11 @@ from compressor.backends.torch.io import as_tensors
 from compressor.backends.torch.load import clone_module
 from compressor.backends.torch.train import fine_tune, is_exported
 from compressor.errors import BackendUnavailableError, first_line
-from compressor.steps import DistillConfig
+from compressor.config.steps import DistillConfig
 
 if TYPE_CHECKING:
-    from compressor.context import Context, ModelState
-    from compressor.steps import PruneConfig
+    from compressor.core.context import Context, ModelState
+    from compressor.config.steps import PruneConfig
 
 EXAMPLE_ROWS = 2
 PRUNE_ERRORS = (RuntimeError, ValueError, TypeError, KeyError, IndexError, ArithmeticError)

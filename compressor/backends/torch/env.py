@@ -23,7 +23,7 @@ IMPORT_NOISE = ("torchao", "torch.utils._pytree")
 
 
 def configure_environment() -> None:
-    from compressor.quiet import hush_libraries
+    from compressor.core.quiet import hush_libraries
 
     hush_libraries()   # torchao / torch start-up warnings: errors only, unless --debug
     # torchao probes CUDA kernels at import and logs a failure per .so on CPU machines.
@@ -95,7 +95,7 @@ def import_litert_torch() -> ModuleType:
     configure_environment()
     require("litert_torch", "litert-torch==0.10.0", "exporting PyTorch models to TFLite")
     import_pt2e()   # litert-torch imports torchao: quietly first
-    from compressor.quiet import quiet_import
+    from compressor.core.quiet import quiet_import
 
     # Its native libraries log at import (TensorFlow's oneDNN notice on CPUs with AVX-512 /
     # AMX, after absl's "All log messages before absl::InitializeLog()"), which

@@ -16,8 +16,8 @@ from compressor.backends.fine_tuning import (ADAMW_WEIGHT_DECAY, SGD_MOMENTUM, E
 from compressor.backends.torch.io import as_tensors
 
 if TYPE_CHECKING:
-    from compressor.context import Context
-    from compressor.steps import TrainingConfig
+    from compressor.core.context import Context
+    from compressor.config.steps import TrainingConfig
 
 # aten batch-norm ops whose args[5] is `training` (torch.export graphs in train mode)
 TRAINING_BATCH_NORM_OPS = ("aten.batch_norm.", "aten._native_batch_norm_legit.",

@@ -16,10 +16,10 @@ import torch
 
 from compressor.backends.feature_pairs import needs_projection, resolve_pairs
 from compressor.errors import RecipeError
-from compressor.steps import DistillConfig
+from compressor.config.steps import DistillConfig
 
 if TYPE_CHECKING:
-    from compressor.steps import TrainingConfig
+    from compressor.config.steps import TrainingConfig
 
 CHANNEL_AXIS = 1   # NCHW / NCL features; (N, C) for linear layers
 PROBE_ROWS = 2

@@ -20,8 +20,8 @@ from compressor.schemes import (Float16, Float32, Int8Dynamic, Int8Qat, Int8Stat
                                 Int8WeightOnly, Scheme, apply_handler, export_handler)
 
 if TYPE_CHECKING:
-    from compressor.context import Context, ModelState
-    from compressor.tensors import Arrays
+    from compressor.core.context import Context, ModelState
+    from compressor.core.tensors import Arrays
 
 KIND = "torch"
 ONNX_EXAMPLE_ROWS = 2   # the dynamo exporter keeps a batch of 2+ dynamic (1 is specialized)

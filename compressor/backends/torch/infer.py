@@ -13,12 +13,12 @@ from compressor.backends.torch.io import (SINGLE_OUTPUT, as_tensors, call, feed_
                                           flat_outputs, input_names, named_numpy)
 from compressor.backends.torch.train import is_exported, set_mode
 from compressor.errors import DataError, first_line
-from compressor.int8_mode import layer_kinds
-from compressor.tensors import (Arrays, TensorSpec, concat, is_integer, is_named, specs_of, take)
-from compressor.tensors import rows as rows_of
+from compressor.core.int8_mode import layer_kinds
+from compressor.core.tensors import (Arrays, TensorSpec, concat, is_integer, is_named, specs_of, take)
+from compressor.core.tensors import rows as rows_of
 
 if TYPE_CHECKING:
-    from compressor.context import Context
+    from compressor.core.context import Context
 
 SINGLE_INPUT = "input"   # the name of the one input of a model fed one array
 RUN_ERRORS = (RuntimeError, TypeError, ValueError, IndexError)

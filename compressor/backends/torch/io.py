@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from compressor.tensors import Arrays, matched
+from compressor.core.tensors import Arrays, matched
 
 SINGLE_OUTPUT = "output"
 

@@ -23,12 +23,12 @@ from compressor.backends.torch.quant import float_graph
 from compressor.backends.torch.train import set_mode
 from compressor.errors import BackendUnavailableError, first_line
 from compressor.export.onnx import float16_onnx, save_checked_onnx
-from compressor.quiet import captured_native_output, log_tail
+from compressor.core.quiet import captured_native_output, log_tail
 
 if TYPE_CHECKING:
-    from compressor.context import Context, ModelState
+    from compressor.core.context import Context, ModelState
     from compressor.schemes import Float16, Float32, Int8Scheme
-    from compressor.tensors import Arrays
+    from compressor.core.tensors import Arrays
 
 EXPORT_ERRORS = (RuntimeError, TypeError, ValueError, NotImplementedError, KeyError,
                  AttributeError)

@@ -15,11 +15,11 @@ from compressor.backends.training_data import steps_per_epoch
 from compressor.backends.torch.train import fine_tune, is_exported
 from compressor.errors import BackendUnavailableError
 
-from compressor.steps import DistillConfig
+from compressor.config.steps import DistillConfig
 
 if TYPE_CHECKING:
-    from compressor.context import Context, ModelState
-    from compressor.steps import PruneConfig
+    from compressor.core.context import Context, ModelState
+    from compressor.config.steps import PruneConfig
 
 MASK_UPDATES = 10   # how many times the mask is recomputed while sparsity ramps up (as Keras)
 KERNEL_MODULES = (torch.nn.modules.conv._ConvNd, torch.nn.Linear)

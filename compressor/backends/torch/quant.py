@@ -19,15 +19,15 @@ from compressor.backends.torch.io import as_tensors, exportable
 from compressor.backends.torch.train import fine_tune, graph_has_op, is_exported, set_mode
 from compressor.backends.training_data import calibration_samples, training_inputs
 from compressor.backends.training_rules import keeps_pruned_zeros
-from compressor.tensors import take
+from compressor.core.tensors import take
 from compressor.errors import BackendUnavailableError, first_line
-from compressor.steps import DistillConfig
+from compressor.config.steps import DistillConfig
 
 if TYPE_CHECKING:
-    from compressor.context import Context, ModelState
+    from compressor.core.context import Context, ModelState
     from compressor.schemes import Int8Scheme
-    from compressor.tensors import Arrays
-    from compressor.steps import QuantizeConfig
+    from compressor.core.tensors import Arrays
+    from compressor.config.steps import QuantizeConfig
 
 EXAMPLE_ROWS = 2          # torch.export specializes a batch of 1; 2 keeps the batch dynamic
 CALIBRATION_BATCH = 32

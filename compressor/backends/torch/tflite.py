@@ -25,16 +25,16 @@ from compressor.backends.torch.env import import_litert_torch
 from compressor.backends.torch.quant import converted
 from compressor.backends.torch.io import as_tensors, exportable
 from compressor.backends.torch.train import set_mode
-from compressor.tensors import take
+from compressor.core.tensors import take
 from compressor.errors import BackendUnavailableError, first_line
 from compressor.export.tflite import float16_weights, int8_weights, renamed_signature
 from compressor.export.tflite_tables import int8_tables
-from compressor.quiet import captured_native_output, log_tail
+from compressor.core.quiet import captured_native_output, log_tail
 
 if TYPE_CHECKING:
-    from compressor.context import Context, ModelState
+    from compressor.core.context import Context, ModelState
     from compressor.schemes import Float16, Float32, Int8Scheme
-    from compressor.tensors import Arrays
+    from compressor.core.tensors import Arrays
 
 CONVERT_ERRORS = (RuntimeError, TypeError, ValueError, NotImplementedError, KeyError,
                   AttributeError, IndexError)

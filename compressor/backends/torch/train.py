@@ -32,8 +32,8 @@ from compressor.backends.training_rules import distillation_loss as kd_loss
 from compressor.errors import DataError
 
 if TYPE_CHECKING:
-    from compressor.context import Context
-    from compressor.steps import DistillConfig, TrainingConfig
+    from compressor.core.context import Context
+    from compressor.config.steps import DistillConfig, TrainingConfig
 
 configure_environment()
 

@@ -29,12 +29,12 @@ from compressor.backends.torch.train import (
     teacher_logits,
 )
 from compressor.errors import UsageError
-from compressor.tensors import take
-from compressor.steps import DistillConfig
+from compressor.core.tensors import take
+from compressor.config.steps import DistillConfig
 
 if TYPE_CHECKING:
-    from compressor.context import Context, ModelState
-    from compressor.steps import StepConfig
+    from compressor.core.context import Context, ModelState
+    from compressor.config.steps import StepConfig
 
 
 class ExportedForTraining(torch.nn.Module):

@@ -11,9 +11,9 @@ import pytest
 from support import helpers
 from support import keras_models as km
 from compressor.backends.fine_tuning import lr_at
-from compressor.context import Data, ModelState
-from compressor.data import digits
-from compressor.steps import PruneConfig, QuantizeConfig
+from compressor.core.context import Data, ModelState
+from compressor.tasks.array.data import digits
+from compressor.config.steps import PruneConfig, QuantizeConfig
 
 pytest.importorskip("tensorflow_model_optimization")
 

@@ -10,7 +10,7 @@ import pytest
 from support import helpers
 from support import keras_applications_like as kal
 
-from compressor.context import Data
+from compressor.core.context import Data
 
 
 def _float16_exact(model) -> None:

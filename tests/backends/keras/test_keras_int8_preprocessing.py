@@ -8,17 +8,17 @@ import pytest
 from support import helpers
 from support import keras_applications_like as kal
 
-from compressor.context import Data
+from compressor.core.context import Data
 
 
 def _int8_onnx_ops(data: Data, folder) -> list[str]:
     import onnx
 
     from compressor.backends.keras import KerasBackend
-    from compressor.context import ModelState
+    from compressor.core.context import ModelState
     from compressor.export.int8 import export_checked
     from compressor.schemes import Int8Static, apply_scheme
-    from compressor.steps import QuantizeConfig
+    from compressor.config.steps import QuantizeConfig
 
     backend = KerasBackend()
     ctx = helpers.context(data, folder / "work")
@@ -48,10 +48,10 @@ def _tflite_ops(path) -> list[str]:
 
 def _int8_tflite(model, data: Data, folder, fold: bool = True):
     from compressor.backends.keras import KerasBackend, input_fold
-    from compressor.context import ModelState
+    from compressor.core.context import ModelState
     from compressor.export.int8 import export_checked
     from compressor.schemes import Int8Static, apply_scheme
-    from compressor.steps import QuantizeConfig
+    from compressor.config.steps import QuantizeConfig
 
     backend = KerasBackend()
     ctx = helpers.context(data, folder / "work")
@@ -136,8 +136,8 @@ def test_qat_trains_a_model_whose_stem_reads_the_raw_image(tmp_path):
     from compressor.backends.keras import KerasBackend
     from compressor.backends.keras.io import predict
     from compressor.backends.keras.optimize import without_fake_quant
-    from compressor.context import ModelState
-    from compressor.steps import QuantizeConfig
+    from compressor.core.context import ModelState
+    from compressor.config.steps import QuantizeConfig
 
     unit = kal.unit_images(kal.quadrant_data(train=96, val=32))
     model = kal.applications_like()

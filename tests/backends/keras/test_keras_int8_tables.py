@@ -11,8 +11,8 @@ import pytest
 from support import keras_models as km
 
 import compressor as cz
-from compressor.context import Data
-from compressor.recipe import load_recipe
+from compressor.core.context import Data
+from compressor.config.recipe import load_recipe
 
 VOCAB, LENGTH, WIDTH = 300, 8, 16
 

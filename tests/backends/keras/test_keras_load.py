@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from compressor.backends.keras import KerasBackend
-from compressor.context import Data, ModelState
-from compressor.data import digits
+from compressor.core.context import Data, ModelState
+from compressor.tasks.array.data import digits
 from compressor.errors import ModelLoadError
-from compressor.steps import PruneConfig
-from compressor.steps import QuantizeConfig
+from compressor.config.steps import PruneConfig
+from compressor.config.steps import QuantizeConfig
 
 slow = pytest.mark.slow
 pytestmark = pytest.mark.filterwarnings("ignore:You are saving your model as an HDF5 file")

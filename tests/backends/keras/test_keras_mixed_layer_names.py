@@ -56,9 +56,9 @@ def test_an_onnx_node_belongs_to_the_layer_its_path_names(node, pattern, belongs
 @pytest.mark.slow
 def test_one_float_layer_named_conv_keeps_one_op_float(tmp_path):
     from compressor.backends.keras import KerasBackend
-    from compressor.context import ModelState
+    from compressor.core.context import ModelState
     from compressor.schemes import Int8Static, apply_scheme
-    from compressor.steps import QuantizeConfig
+    from compressor.config.steps import QuantizeConfig
     from support import helpers
 
     data = kal.quadrant_data(train=64, val=16)

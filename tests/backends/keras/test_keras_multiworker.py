@@ -24,8 +24,8 @@ TRAIN_ROWS = 384   # 12 steps of 32 per epoch: the runs stay short, the accuracy
 # training steps with (masks included: a pruned-away weight is a zero) goes to argv[1].
 SPIED_CLI = textwrap.dedent('''
     import hashlib, sys
-    import compressor.pipeline as pipeline
-    from compressor.cli import main
+    import compressor.run.pipeline as pipeline
+    from compressor.cli.main import main
 
     run_steps = pipeline.run_steps
 
@@ -45,7 +45,7 @@ def digits_run(tmp_path_factory):
     """A trained digits CNN, a small training split, and the single-process int8_prune30 run."""
     from compressor import compress
     from compressor.backends.examples import save_keras_digits_cnn
-    from compressor.data import digits
+    from compressor.tasks.array.data import digits
 
     folder = tmp_path_factory.mktemp("multiworker")
     model = save_keras_digits_cnn(folder / "digits.keras")
@@ -84,7 +84,7 @@ def _check_one_out(tmp_path: Path, single_accuracy: float) -> None:
 
 def test_workers_2_trains_one_keras_model_and_rank_0_writes_out(digits_run, tmp_path):
     (run,), sockets = run_watching_sockets(
-        [[sys.executable, "-m", "compressor.cli", *_compress_args(digits_run), "--workers", "2"]],
+        [[sys.executable, "-m", "compressor.cli.main", *_compress_args(digits_run), "--workers", "2"]],
         [_env(tmp_path)], tmp_path, timeout=400)
     assert run.returncode == 0, run.output[-3000:]
     assert run.output.count("data-parallel fine-tuning on 2 workers (tf.distribute") == 2
@@ -98,7 +98,7 @@ def test_workers_2_trains_one_keras_model_and_rank_0_writes_out(digits_run, tmp_
 
 
 def test_chief_and_worker_each_given_tf_config(digits_run, tmp_path):
-    from compressor.workers import free_ports
+    from compressor.run.workers import free_ports
 
     ports = free_ports(2)
     cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[1]}"]}

@@ -15,7 +15,7 @@ from support import keras_models as km
 
 import compressor as cz
 from compressor.errors import MESSAGE_LIMIT, RecipeError
-from compressor.recipe import load_recipe
+from compressor.config.recipe import load_recipe
 
 MAX_DROP = 0.03   # 160 val rows (one row is 0.6 points), 1 + 1 epochs of fine-tuning
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 import compressor as cz
-from compressor.data import digits
+from compressor.tasks.array.data import digits
 
 from support import pretrained_nets_keras as pn
 

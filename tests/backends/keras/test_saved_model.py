@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from compressor.backends import UserLoopBackend, backend_for
-from compressor.data import digits
+from compressor.tasks.array.data import digits
 from compressor.runtimes import inspect_artifact
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import compressor as cz
-from compressor.recipe import load_recipe
+from compressor.config.recipe import load_recipe
 from compressor.errors import MESSAGE_LIMIT, BackendUnavailableError
 
 pytestmark = pytest.mark.slow
@@ -153,7 +153,7 @@ def test_converter_failure_is_one_line_with_the_full_text_in_the_log(tmp_path):
     from support import helpers
 
     from compressor.backends.keras import KerasBackend
-    from compressor.context import ModelState
+    from compressor.core.context import ModelState
 
     keras, tf = km.tf_keras(), __import__("tensorflow")
     matrices = keras.Input((4, 4))

@@ -15,10 +15,10 @@ from torch import nn
 from compressor.backends import get_backend
 from compressor.backends.torch.channel_groups import (RESHAPE_REASON, keeps_channel_order,
                                                       splits_channels)
-from compressor.context import ModelState
-from compressor.data import digits
+from compressor.core.context import ModelState
+from compressor.tasks.array.data import digits
 from compressor.errors import BackendUnavailableError
-from compressor.steps import PruneConfig
+from compressor.config.steps import PruneConfig
 
 from support import helpers
 from support.torchvision_like import ShuffleNetV2, VisionTransformer

@@ -13,9 +13,9 @@ import torch
 from torch import nn
 
 import compressor as cz
-from compressor.recipe import load_recipe
+from compressor.config.recipe import load_recipe
 from compressor.runtimes import inspect_artifact
-from compressor.validate import int8_weight_share
+from compressor.tasks.array.metrics import int8_weight_share
 
 from support.io_models import token_data
 

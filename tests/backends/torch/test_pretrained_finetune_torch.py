@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import compressor as cz
-from compressor.data import digits
+from compressor.tasks.array.data import digits
 
 from support import pretrained_nets_torch as nets
 import torch_models as tm

@@ -12,10 +12,10 @@ import torch
 from compressor.backends.fine_tuning import lr_at
 from compressor.backends.torch.epochs import freeze_batch_norm
 from compressor.backends.torch.train import fine_tune, set_mode
-from compressor.context import Context, Data
-from compressor.data import digits
-from compressor.progress import Progress
-from compressor.steps import TrainingConfig
+from compressor.core.context import Context, Data
+from compressor.tasks.array.data import digits
+from compressor.core.progress import Progress
+from compressor.config.steps import TrainingConfig
 
 pytestmark = pytest.mark.slow   # ~70 s on 2 busy cores, most of it importing torch / torchao
 

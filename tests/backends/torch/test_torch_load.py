@@ -15,10 +15,10 @@ import torch
 import torch_models as tm
 
 from compressor.backends.torch import TorchBackend
-from compressor.context import Data, ModelState
-from compressor.data import digits
+from compressor.core.context import Data, ModelState
+from compressor.tasks.array.data import digits
 from compressor.errors import BackendUnavailableError, DataError, ModelLoadError
-from compressor.steps import PruneConfig
+from compressor.config.steps import PruneConfig
 
 
 @pytest.fixture(scope="module", autouse=True)

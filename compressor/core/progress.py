@@ -1,0 +1,38 @@
+"""Progress bars and status lines for long work, silenced by `quiet`."""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+
+class Progress:
+    """A thin layer over rich so that backends report progress without knowing the terminal."""
+
+    def __init__(self, quiet: bool = False):
+        self.quiet = quiet
+
+    def info(self, message: str) -> None:
+        if not self.quiet:
+            self._console().print(message, highlight=False)
+
+    @contextlib.contextmanager
+    def task(self, description: str, total: int) -> Iterator[Callable[[int], None]]:
+        """Yields `advance(n)`; shows a bar with a time estimate unless quiet."""
+        if self.quiet or total <= 0:
+            yield lambda n=1: None
+            return
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress as Bar,
+                                   TextColumn, TimeElapsedColumn, TimeRemainingColumn)
+
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), TimeRemainingColumn())
+        with Bar(*columns, console=self._console(), transient=False) as bar:
+            task_id = bar.add_task(description, total=total)
+            yield lambda n=1: bar.advance(task_id, n)
+
+    def _console(self):
+        from rich.console import Console
+
+        from compressor.core.quiet import user_stream
+
+        return Console(file=user_stream())   # the terminal, also while a converter's output is captured

@@ -1,0 +1,297 @@
+"""Bytes of a language model per recipe: the artifact as the LLM route's exporter writes it,
+the KV cache at a context length, and the runtime's working memory while generating.
+
+The artifact is the folder compressor's ONNX route writes (backends/llm/genai*.py: model.onnx +
+model.onnx.data, CPU execution provider): onnxruntime-genai's model builder (0.18.0) fed a
+GPTQ-format checkpoint of our integers, then finished by genai_graph.py / genai_fp16.py.
+tests/llm/test_plan_matches_exports.py holds the plan within 2% of that exporter's files;
+tests/plan/test_builder_layout.py holds `builder_layout` (the builder run on its own) within 2%.
+
+- Linear layers become MatMulNBits: per output row, ceil(K / block) blocks of `block` weights
+  packed at `bits` (K padded up to whole blocks), one float32 scale per block, and for
+  asymmetric weights one zero point per block packed at the weight's bit width. Our int4 is
+  symmetric (no zero points, genai_graph.py drops the checkpoint's); int8 is asymmetric (one
+  uint8 zero point per block).
+- int8 uses blocks of 128, or the largest power of two dividing every input width
+  (backends/llm/handlers.py INT8_GROUP); int4 the recipe's group (32, or 128 for int4_g128).
+- The lm_head is ours too (same grid). A tied embedding is the lm_head's matrix (one copy: a
+  GatherBlockQuantized reads the MatMulNBits tensors; both int4 and int8 are built at -p int4,
+  so this holds at 8 bits as well); an untied one becomes a GatherBlockQuantized over our
+  integers (no per-block padding).
+- fp16 is a float32 graph with each weight matrix stored float16 behind a Cast: norms, biases,
+  rotary caches stay float32 and so do the KV cache and activations (float32 compute).
+- Rotary cos/sin caches: min(max_position_embeddings, context) rows x rotary_dim / 2, two per
+  cache (Phi-3 LongRoPE and Gemma 3 write two caches): the exporter cuts them to the run's
+  context (its KV-cache length).
+- model.onnx itself (the graph, no weights) grows by a fixed amount per decoder layer.
+
+LAYOUTS below is that table, one entry per recipe, in one place: the exporter owner adjusts it
+and plans follow.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from compressor.decoders.shapes import ModelShape, TensorSpec, tensor_inventory
+
+
+@dataclass(frozen=True)
+class Storage:
+    """How one weight matrix is stored: float at `bits`, or blocks of `group_size` values
+    along K quantized to `bits`, with a scale per block and optional zero points."""
+
+    bits: int                        # 32 / 16: float; 8 / 4: quantized
+    group_size: int | None = None    # quantized: values per scale along K; None = the whole row
+    scale_bytes: int = 4
+    zero_point_bits: int = 0         # 0 = symmetric (no zero points)
+    fit_group: bool = False          # group = the largest power of two <= group_size dividing
+                                     # every input width (the int8 route's choice)
+
+    @property
+    def quantized(self) -> bool:
+        return self.bits < 16
+
+    def bytes_for(self, rows: int, cols: int) -> int:
+        """Bytes of a [rows, cols] matrix quantized along cols (K)."""
+        if not self.quantized:
+            return rows * cols * self.bits // 8
+        group = self.group_size or cols
+        blocks = math.ceil(cols / group)
+        packed = rows * blocks * math.ceil(group * self.bits / 8)
+        scales = rows * blocks * self.scale_bytes
+        zeros = rows * math.ceil(blocks * self.zero_point_bits / 8)
+        return packed + scales + zeros
+
+    def bytes_for_gather(self, rows: int, cols: int) -> int:
+        """GatherBlockQuantized packs the whole [rows, cols] table without per-block padding."""
+        if not self.quantized:
+            return self.bytes_for(rows, cols)
+        blocks = math.ceil(cols / (self.group_size or cols))
+        return (rows * math.ceil(cols * self.bits / 8) + rows * blocks * self.scale_bytes
+                + rows * math.ceil(blocks * self.zero_point_bits / 8))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What one recipe's artifact stores, tensor kind by tensor kind."""
+
+    recipe: str
+    linears: Storage                 # attention and MLP projections
+    lm_head: Storage
+    embedding: Storage               # float, or int4 (GatherBlockQuantized supports int4 only)
+    io_bytes: int                    # norms, biases, rotary caches, KV cache default, logits
+    graph_bytes: int                 # model.onnx without weights: fixed part ...
+    graph_bytes_per_layer: int       # ... and per decoder layer
+    accuracy_rank: int               # higher = closer to the original model
+    graph_bytes_qk_norm: int = 0     # per layer with q/k norms (Qwen3, Gemma 3)
+    graph_bytes_extra_norm: int = 0  # per norm beyond two per layer (Gemma 2 / 3)
+    gathers_quantized: bool = False  # an int4 build: GatherBlockQuantized can read the lm_head
+    graph_bytes_bias: int = 0        # per layer with projection biases (the Add nodes)
+    graph_bytes_gemma: int = 0       # Gemma's embedding scale and logit soft-cap nodes
+    rope_tables: bool = True         # cos/sin caches stored; False: inv_freq only (TFLite)
+
+    def shares_tied_embedding(self, shape: ModelShape) -> bool:
+        """The builder's shared_embeddings (on by default for a tied model): one matrix serves
+        embedding and lm_head when the lm_head is float (Transpose + Gather), or in an int4
+        build, where GatherBlockQuantized reads the quantized lm_head (int4, or int8 with
+        matmul_mixed_precision=last_matmul:int8). A plain int8 build cannot quantize a Gather,
+        so it stores a float embedding beside its int8 lm_head."""
+        return shape.tie_word_embeddings and (not self.lm_head.quantized or self.gathers_quantized)
+
+
+F32, F16 = Storage(32), Storage(16)
+# model.onnx without weights: fixed + per decoder layer, fitted to 2-, 4- and 8-layer builds
+# of a Llama (fp16 on the CPU EP builds attention from MatMul / MultiHeadAttention nodes, the
+# others use GroupQueryAttention and fused q/k/v), + per layer for q/k norms and extra norms
+# (Qwen3 and Gemma 2 builds).
+_GRAPH = {"fp32": (3_450, 5_510, 3_570, 760), "fp16": (22_600, 22_410, 2_800, 1_630),
+          "quantized": (3_750, 7_280, 3_770, 750)}
+# Families whose builds keep RMSNorm weights in float32 even in an fp16 model.
+FLOAT32_NORMS = frozenset({"gemma2", "gemma3_text"})
+
+
+def builder_layout(recipe: str, precision: str, block_size: int = 32, *, symmetric: bool = True,
+                   prequantized_zero_points: bool = False, quantize_embedding: bool = False,
+                   lm_head: Storage | None = None, accuracy_rank: int = 0) -> Layout:
+    """The layout `onnxruntime_genai.models.builder -p PRECISION -e cpu --extra_options
+    block_size=B [is_symmetric=false] [op_types_to_quantize=MatMul/Gather]` writes.
+
+    prequantized_zero_points: the input is a GPTQ-format checkpoint (asymmetric, 4-bit zero
+    points per group of `block_size`): its linears keep their zero points, while the builder
+    quantizes a float lm_head itself (RTN, `symmetric`). lm_head: a Storage of its own (e.g.
+    Storage(8, None) for per-row int8), overriding the builder's choice."""
+    if precision in ("fp32", "fp16"):
+        flt = F32 if precision == "fp32" else F16
+        fixed, layer, qk, extra = _GRAPH[precision]
+        return Layout(recipe, flt, lm_head or flt, flt, flt.bits // 8, fixed, layer, accuracy_rank,
+                      qk, extra)
+    bits = {"int8": 8, "int4": 4}[precision]
+    rtn = Storage(bits, block_size, 4, 0 if symmetric else bits)
+    linears = replace(rtn, zero_point_bits=4) if prequantized_zero_points else rtn
+    embedding = Storage(4, block_size, 4, 0 if symmetric else 4) if quantize_embedding else F32
+    fixed, layer, qk, extra = _GRAPH["quantized"]
+    return Layout(recipe, linears, lm_head or rtn, embedding, 4, fixed, layer, accuracy_rank, qk, extra,
+                  gathers_quantized=bits == 4)
+
+
+# model.onnx without weights as compressor's ONNX route writes it: (fixed, per decoder layer),
+# fitted to 2-, 4- and 8-layer tiny Llamas (int8 / int4 built at -p int4; fp16 = the fp32 graph
+# + one Cast per weight matrix); + per layer with q/k/v biases (Qwen2), per norm beyond two per
+# layer and Gemma's fixed nodes (Gemma 2); q/k norms (Qwen3) as the builder measured above.
+_EXPORT_GRAPH = {"fp32": (3_430, 5_360, 3_570), "fp16": (3_540, 6_250, 3_570),
+                 "int8": (4_280, 7_770, 3_770), "int4": (4_280, 8_010, 3_770)}
+_EXPORT_GRAPH_BIAS, _EXPORT_GRAPH_EXTRA_NORM, _EXPORT_GRAPH_GEMMA = 370, 410, 1_090
+INT8_GROUP = 128   # int8 blocks of 128, or fewer where widths need (backends/llm/handlers.py uses it)
+
+
+def exporter_layout(recipe: str, precision: str, group_size: int = 32,
+                    accuracy_rank: int = 0) -> Layout:
+    """The layout compressor's ONNX route (backends/llm/genai.py) writes for a recipe:
+    float32 / float16 (the fp32 build, weights halved behind Casts; float32 io), or our
+    our integers at `group_size` for every linear, the lm_head and the embedding (int4
+    symmetric, int8 with zero points)."""
+    fixed, layer, qk = _EXPORT_GRAPH[precision]
+    graph = dict(graph_bytes=fixed, graph_bytes_per_layer=layer, graph_bytes_qk_norm=qk,
+                 graph_bytes_extra_norm=_EXPORT_GRAPH_EXTRA_NORM,
+                 graph_bytes_bias=_EXPORT_GRAPH_BIAS, graph_bytes_gemma=_EXPORT_GRAPH_GEMMA)
+    if precision in ("fp32", "fp16"):
+        flt = F32 if precision == "fp32" else F16
+        return Layout(recipe, flt, flt, flt, 4, accuracy_rank=accuracy_rank, **graph)
+    bits = {"int8": 8, "int4": 4}[precision]
+    ours = Storage(bits, group_size, 4, 0 if bits == 4 else bits, fit_group=bits == 8)
+    return Layout(recipe, ours, ours, ours, 4, accuracy_rank=accuracy_rank,
+                  gathers_quantized=True, **graph)
+
+
+# The recipes of the LLM route as its exporter writes them (edit here, plans follow).
+LAYOUTS: dict[str, Layout] = {
+    "fp32": exporter_layout("fp32", "fp32", accuracy_rank=5),
+    "fp16": exporter_layout("fp16", "fp16", accuracy_rank=4),
+    "int8": exporter_layout("int8", "int8", INT8_GROUP, accuracy_rank=3),
+    "int4": exporter_layout("int4", "int4", 32, accuracy_rank=2),
+    "int4_g128": exporter_layout("int4_g128", "int4", 128, accuracy_rank=1),
+}
+DEFAULT_RECIPES = ("fp16", "int8", "int4", "int4_g128")
+
+
+@dataclass(frozen=True)
+class WeightBytes:
+    by_kind: dict[str, int]          # embedding, lm_head, attention, mlp, norm, bias, rotary, graph
+    per_layer: tuple[int, ...]       # bytes of each decoder layer (for pipeline splits)
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_kind.values())
+
+    @property
+    def read_per_token(self) -> int:
+        """Bytes a decode step reads: every weight but the embedding table (one row of it)."""
+        return self.total - self.by_kind["embedding"] - self.by_kind["graph"]
+
+
+def _tensor_bytes(t: TensorSpec, layout: Layout, shared: bool, family: str) -> int:
+    rows, cols = (t.shape + (1,))[:2]
+    if t.kind in ("attention", "mlp"):
+        return layout.linears.bytes_for(rows, cols)
+    if t.kind == "lm_head":
+        return layout.lm_head.bytes_for(rows, cols)
+    if t.kind == "embedding":
+        return 0 if shared else layout.embedding.bytes_for_gather(rows, cols)
+    if t.kind == "norm" and family in FLOAT32_NORMS:
+        return t.numel * 4
+    return t.numel * layout.io_bytes        # norms, biases: float in the io dtype
+
+
+def _fit_groups(shape: ModelShape, layout: Layout) -> Layout:
+    """A layout whose `fit_group` storages take the largest power-of-two group (>= 16) up to
+    their group_size that divides every quantized input width (quantize.widest_group)."""
+    if not layout.linears.fit_group:
+        return layout
+    widths = (shape.hidden_size, shape.q_width, shape.intermediate_size)
+    group = layout.linears.group_size or shape.hidden_size
+    while group > 16 and any(w % group for w in widths):
+        group //= 2
+
+    def fit(s: Storage) -> Storage:
+        return replace(s, group_size=group) if s.fit_group else s
+
+    return replace(layout, linears=fit(layout.linears), lm_head=fit(layout.lm_head),
+                   embedding=fit(layout.embedding))
+
+
+@lru_cache(maxsize=256)
+def weight_bytes(shape: ModelShape, layout: Layout, context: int | None = None) -> WeightBytes:
+    """The artifact's bytes (model.onnx + model.onnx.data) by tensor kind, with the rotary
+    caches cut to `context` rows as the exporter cuts them (None: max_position_embeddings).
+    Cached: a plan asks for the same recipe many times while it searches for the longest
+    context that fits."""
+    layout = _fit_groups(shape, layout)
+    shared = layout.shares_tied_embedding(shape)
+    by_kind = dict.fromkeys(("embedding", "lm_head", "attention", "mlp", "norm", "bias"), 0)
+    per_layer = [0] * shape.num_layers
+    for t in tensor_inventory(shape):
+        size = _tensor_bytes(t, layout, shared, shape.family)
+        by_kind[t.kind] += size
+        if t.layer is not None:
+            per_layer[t.layer] += size
+    by_kind["rotary"] = (sum(min(rows, context or rows) * (shape.rotary_dim // 2) * 2 * layout.io_bytes
+                             for rows in shape.rope_cache_rows) if layout.rope_tables
+                         else shape.rotary_dim // 2 * 4)
+    per_layer_graph = (layout.graph_bytes_per_layer + layout.graph_bytes_qk_norm * shape.qk_norm
+                       + layout.graph_bytes_extra_norm * (shape.norms_per_layer - 2)
+                       + layout.graph_bytes_bias * bool(shape.biases))
+    gemma = layout.graph_bytes_gemma if shape.family.startswith("gemma") else 0
+    by_kind["graph"] = layout.graph_bytes + gemma + per_layer_graph * shape.num_layers
+    return WeightBytes(by_kind=by_kind, per_layer=tuple(per_layer))
+
+
+KV_DTYPE_BYTES = {"float32": 4, "float16": 2, "int8": 1}
+
+
+def kv_cache_bytes(shape: ModelShape, context: int, batch: int = 1, dtype_bytes: int = 2,
+                   layers: range | None = None) -> int:
+    """layers x 2 (K and V) x kv_heads x head_dim x positions x dtype bytes x batch; a sliding
+    layer keeps at most its window of positions."""
+    total = 0
+    for i in layers if layers is not None else range(shape.num_layers):
+        window = shape.layer_windows[i]
+        positions = min(context, window) if window else context
+        total += 2 * shape.kv_width * positions * dtype_bytes * batch
+    return total
+
+
+def kv_bytes_per_position(shape: ModelShape, batch: int = 1, dtype_bytes: int = 2) -> int:
+    return 2 * shape.kv_width * dtype_bytes * batch * shape.num_layers
+
+
+# What a generating onnxruntime-genai process holds besides weights, KV cache and the
+# activations below: the Python interpreter, the onnxruntime / onnxruntime-genai libraries,
+# the session, its thread pool and allocator slack. Calibrated as peak RSS minus (artifact
+# bytes + KV cache + activations) of generating with builder-made models on x86_64 (1 thread,
+# onnxruntime-genai 0.18.0): 58-70 MB over fp32 / int8 / int4 models of 0.3-135 MB at
+# contexts 256-4096 (tests/plan/test_rss.py measures it again).
+RUNTIME_BASELINE_BYTES = 64 * 2**20
+PREFILL_TOKENS = 512   # the prompt processed in one step when planning activations
+
+
+def activation_bytes(shape: ModelShape, layout: Layout, context: int, batch: int = 1,
+                     prefill_tokens: int = PREFILL_TOKENS) -> int:
+    """Peak activations of one prefill step of P = min(context, prefill_tokens) tokens: logits
+    over the vocabulary for every prompt token, attention probabilities (heads x P x P, fp32),
+    and one layer's hidden, q/k/v and MLP tensors (the arena reuses them layer to layer)."""
+    tokens = min(context, prefill_tokens)
+    p = tokens * batch
+    io = layout.io_bytes
+    logits = p * shape.vocab_size * io
+    probs = shape.num_heads * p * tokens * 4
+    layer = p * io * (4 * shape.hidden_size + shape.q_width + 2 * shape.kv_width
+                      + 3 * shape.intermediate_size)
+    return logits + probs + layer
+
+
+def working_bytes(shape: ModelShape, layout: Layout, context: int, batch: int = 1,
+                  prefill_tokens: int = PREFILL_TOKENS) -> int:
+    """Runtime memory beyond weights and KV cache: activations + the runtime's baseline."""
+    return activation_bytes(shape, layout, context, batch, prefill_tokens) + RUNTIME_BASELINE_BYTES

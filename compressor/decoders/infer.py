@@ -1,0 +1,50 @@
+"""A ModelShape from tensor names and shapes alone (a .safetensors file without config.json):
+the Hugging Face names say the family, the shapes say the widths."""
+from __future__ import annotations
+
+import re
+
+from compressor.errors import ModelLoadError
+from compressor.decoders.shapes import ModelShape, from_hf_config
+
+_LAYER = re.compile(r"^model\.layers\.(\d+)\.")
+
+
+def shape_from_tensors(shapes: dict[str, list[int]], name: str, source: str) -> ModelShape:
+    """Widths from the tensors themselves. Without config.json the head count is not written
+    anywhere: head_dim is taken from a q_norm when there is one, else 128 (or 64) where it
+    divides the widths; bytes and speed depend only on heads x head_dim, which the shapes fix.
+    max_position_embeddings is unknown and set to 4096."""
+    def get(key: str) -> list[int] | None:
+        return shapes.get(key)
+
+    embed = get("model.embed_tokens.weight")
+    layers = {int(m.group(1)) for k in shapes if (m := _LAYER.match(k))}
+    if not embed or not layers:
+        raise ModelLoadError(f"{source}: no model.embed_tokens / model.layers tensors in the header; "
+                             "not a Hugging Face causal LM checkpoint (put its config.json beside it)")
+    p = "model.layers.0."
+    vocab, hidden = embed
+    o_proj = get(p + "self_attn.o_proj.weight")
+    q_width = o_proj[1] if o_proj else hidden
+    if get(p + "self_attn.qkv_proj.weight"):
+        family, kv_width = "phi3", (get(p + "self_attn.qkv_proj.weight")[0] - q_width) // 2
+        inter = get(p + "mlp.gate_up_proj.weight")[0] // 2
+    else:
+        kv_width = (get(p + "self_attn.k_proj.weight") or [q_width])[0]
+        inter = (get(p + "mlp.gate_proj.weight") or get(p + "mlp.up_proj.weight") or [4 * hidden])[0]
+        gemma = get(p + "pre_feedforward_layernorm.weight") is not None
+        qk_norm = get(p + "self_attn.q_norm.weight") is not None
+        family = ("gemma3_text" if qk_norm else "gemma2") if gemma else (
+            "qwen3" if qk_norm else "qwen2" if get(p + "self_attn.q_proj.bias") else "llama")
+    q_norm = get(p + "self_attn.q_norm.weight")
+    head_dim = q_norm[0] if q_norm else next(
+        (d for d in (128, 64, 32) if q_width % d == 0 and kv_width % d == 0), q_width)
+    config = {"model_type": family, "vocab_size": vocab, "hidden_size": hidden,
+              "intermediate_size": inter, "num_hidden_layers": max(layers) + 1,
+              "num_attention_heads": q_width // head_dim, "num_key_value_heads": kv_width // head_dim,
+              "head_dim": head_dim, "max_position_embeddings": 4096,
+              "tie_word_embeddings": "lm_head.weight" not in shapes,
+              "attention_bias": family == "llama" and get(p + "self_attn.q_proj.bias") is not None,
+              "sliding_window": None}
+    return from_hf_config(config, name=name, source=f"{source} (shapes from tensor names)")

@@ -1,0 +1,145 @@
+"""`compress --workers N`: the same command as N local data-parallel workers; rank 0 writes --out.
+
+PyTorch models run under torchrun (`python -m torch.distributed.run --standalone`); the
+backend's training loop joins the process group (gloo, on loopback unless GLOO_SOCKET_IFNAME
+says otherwise). Keras models run as N processes, each with its own TF_CONFIG naming N workers
+on 127.0.0.1 (free ports), and train under MultiWorkerMirroredStrategy. Every worker runs the
+whole `compress` command; ranks other than 0 work in a temp dir that is removed: one `--out`.
+No framework import here; the frameworks run in the subprocesses.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+STOP_GRACE_S = 10
+
+
+def launch(workers: int, argv: list[str], framework: str = "torch") -> int:
+    """Run `compress argv` (without --workers) as `workers` local ranks; their exit code.
+    The launcher's and ranks' temp files (torchelastic_*, TF's) go into a folder removed after."""
+    scratch = tempfile.mkdtemp(prefix="compressor-workers-")
+    env = {**os.environ, "TMPDIR": scratch}
+    try:
+        if framework == "keras":
+            return _launch_tf_workers(workers, argv, env)
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                   "--nproc-per-node", str(workers), "-m", "compressor.cli.main", *argv]
+        return subprocess.run(command, env=env, check=False).returncode
+    finally:
+        _remove_all_but_cited_logs(Path(scratch))
+
+
+def _remove_all_but_cited_logs(scratch: Path) -> None:
+    """The scratch folder goes, except logs a rank's error message cites (compressor-logs-*)."""
+    for entry in scratch.iterdir():
+        if entry.name.startswith("compressor-logs-"):
+            continue
+        if entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        scratch.rmdir()   # not empty when a log was kept
+
+
+def local_tf_configs(workers: int) -> list[str]:
+    """One TF_CONFIG per worker: a cluster of `workers` tasks on 127.0.0.1, free ports."""
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(workers)]}
+    return [json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})
+            for i in range(workers)]
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _launch_tf_workers(workers: int, argv: list[str], env: dict[str, str]) -> int:
+    """Start the workers, wait for all; when one fails the others are stopped (they would
+    wait for it in the next collective). Rank 0's exit code unless another rank failed first."""
+    command = [sys.executable, "-m", "compressor.cli.main", *argv]
+    procs = [subprocess.Popen(command, env={**env, "TF_CONFIG": config})
+             for config in local_tf_configs(workers)]
+    try:
+        while True:
+            codes = [p.poll() for p in procs]
+            failed = [code for code in codes if code not in (None, 0)]
+            if failed or all(code == 0 for code in codes):
+                return codes[0] if codes[0] not in (None, 0) else (failed[0] if failed else 0)
+            time.sleep(0.2)
+    finally:
+        _stop(procs)
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def tf_config() -> dict:
+    """TF_CONFIG parsed ({} when unset or not JSON: TensorFlow then trains alone)."""
+    try:
+        config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+    except json.JSONDecodeError:
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def tf_config_workers() -> int:
+    """How many training tasks (chief + workers) TF_CONFIG names."""
+    cluster = tf_config().get("cluster") or {}
+    return len(cluster.get("chief", [])) + len(cluster.get("worker", []))
+
+
+def rank() -> int:
+    """This process's rank under torchrun or TF_CONFIG (0 when not distributed). Under
+    TF_CONFIG the chief is rank 0, else worker 0 (MultiWorkerMirroredStrategy's own choice)."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return int(os.environ.get("RANK", "0"))
+    if tf_config_workers() > 1:
+        task = tf_config().get("task") or {}
+        if task.get("type") == "chief":
+            return 0
+        has_chief = bool((tf_config().get("cluster") or {}).get("chief"))
+        return int(task.get("index", 0)) + (1 if has_chief else 0)
+    return 0
+
+
+def under_launcher() -> bool:
+    return ("WORLD_SIZE" in os.environ and "RANK" in os.environ) or tf_config_workers() > 1
+
+
+def without_workers(argv: list[str]) -> list[str]:
+    """argv minus `--workers N` / `--workers=N`."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--workers":
+            skip = True
+        elif not arg.startswith("--workers="):
+            kept.append(arg)
+    return kept

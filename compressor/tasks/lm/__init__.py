@@ -1,0 +1,1 @@
+"""The causal language-model task: text windows, perplexity, agreement and generation speed."""

@@ -1,0 +1,117 @@
+"""A language model's session: text windows instead of arrays, perplexity instead of accuracy,
+and the torch reference every artifact is compared with (next-token choices, log-probabilities
+of the held-out text, greedy continuations of fixed prompts).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from compressor.tasks.lm import metrics as lm_metrics
+from compressor.core.context import Context
+from compressor.errors import UsageError
+from compressor.core.progress import Progress
+from compressor.config.recipe import Recipe
+from compressor.config.steps import QuantizeConfig, ValidateConfig
+from compressor.tasks.lm.evaluate import GREEDY_TOKENS, greedy_prompts
+from compressor.core.workspace import make_work_folder
+
+DEFAULT_CONTEXT = 4096   # the KV cache an artifact is built for, unless --context says
+
+
+def lm_validation(recipe: Recipe) -> ValidateConfig:
+    """The recipe's gate for a language model: a classifier recipe (int8, fp16) is gated by its
+    `max_increase` in perplexity, since a language model has no labels to score."""
+    validation = recipe.validation
+    if validation.metric == "perplexity":
+        return validation
+    return validation.model_copy(update={"metric": "perplexity", "output": None})
+
+
+def window_settings(recipe: Recipe, validation: ValidateConfig) -> dict[str, int | None]:
+    calibration = next((step.calibration_windows for step in recipe.steps
+                        if isinstance(step, QuantizeConfig)), None)
+    return {"calibration_windows": calibration, "eval_windows": validation.eval_windows,
+            "window": validation.window}
+
+
+def artifact_context(model: Any, context: int | None) -> int:
+    """The context length the artifacts' KV cache is sized to: never blindly the model's
+    maximum (128k positions of KV cache is what runs an 8 GB board out of memory)."""
+    limit = getattr(model.config, "max_position_embeddings", None) or DEFAULT_CONTEXT
+    if context is None:
+        return min(limit, DEFAULT_CONTEXT)
+    if context > limit:
+        raise UsageError(f"--context {context} is longer than the model's {limit} positions; "
+                         f"use --context {limit} or less")
+    return context
+
+
+def check_plan_fits(model: Any, recipe: Recipe, target: str | None, context: int | None,
+                    force_plan: bool) -> dict | None:
+    """`compress plan`'s verdict before any work: a recipe whose plan cannot fit the target
+    is refused (exit 4) unless --force-plan; the plan of one that fits (report.json `plan`)."""
+    if target is None or force_plan or not isinstance(model, (str, Path)):
+        return None
+    from compressor.decoders.headers import describe
+    from compressor.plan import plan_gate
+
+    shape = describe(str(model)).shape
+    limit = shape.max_position_embeddings if shape else DEFAULT_CONTEXT
+    return plan_gate(str(model), recipe.name, target, context or min(limit, DEFAULT_CONTEXT))
+
+
+def check_quantize_steps(loaded: Any, recipe: Recipe) -> None:
+    """Refuse before any work what a language model's quantize step cannot do: a group size
+    that does not divide its widths (RecipeError naming the step and the size that fits)."""
+    from compressor.backends.llm.handlers import weight_only_plan
+    from compressor.backends.llm.quantize import check_grid_fits
+    from compressor.errors import RecipeError
+    from compressor.schemes import scheme_of_step
+
+    for index, step in enumerate(recipe.steps):
+        if isinstance(step, QuantizeConfig):
+            plan = weight_only_plan(scheme_of_step(step), loaded)
+            try:
+                check_grid_fits(loaded, plan)
+            except RecipeError as exc:
+                raise RecipeError(f"steps.{index}: {exc}") from None
+
+
+def open_lm_session(backend: Any, loaded: Any, data: Any, recipe: Recipe, *, out: Path,
+                    model_ref: str, seed: int, formats: tuple[str, ...], format_note: str | None,
+                    quiet: bool, force: bool, target: str | None, latency: bool,
+                    threads: int | None, metric: Any, context: int | None) -> dict[str, Any]:
+    """The Session's fields for a language model (session.py builds it)."""
+    if metric is not None:
+        raise UsageError("a custom metric is for classifier models; language models are scored "
+                         "by perplexity on held-out text")
+    validation = lm_validation(recipe)
+    check_quantize_steps(loaded, recipe)
+    progress = Progress(quiet=quiet)
+    data = backend.text_windows(loaded, data, window_settings(recipe, validation))
+    info = backend.describe(loaded)
+    x_val = data.val[0]
+    progress.info(f"reference: the original model on {len(x_val)} held-out windows of "
+                  f"{x_val.shape[1]} tokens")
+    reference = backend.predict(loaded, x_val)
+    reference[lm_metrics.GREEDY] = np.array(
+        [backend.generate(loaded, prompt, GREEDY_TOKENS) for prompt in greedy_prompts(x_val)])
+    baseline = lm_metrics.perplexity(reference)
+    kv_context = artifact_context(loaded.model, context)
+    workdir = make_work_folder()   # last: nothing above may leave it behind
+    ctx = Context(data=data, progress=progress, workdir=workdir, seed=seed, formats=formats,
+                  validation=validation, reference_outputs=reference, baseline_value=baseline,
+                  inputs=info.inputs, outputs=info.outputs,
+                  context=kv_context)
+    if format_note:
+        ctx.progress.info(format_note)
+    if loaded.notes:   # what loading decided (a .gguf's grids kept): report.json `notes`
+        ctx.record.add_note("notes", list(loaded.notes))
+        for note in loaded.notes:
+            ctx.progress.info(note)
+    return dict(recipe=recipe, backend=backend, model=loaded, model_ref=model_ref, info=info,
+                ctx=ctx, out_dir=out, force=force, target=target, measure_latency=latency,
+                threads=threads)
