@@ -81,11 +81,11 @@ def train(out: str, quick: bool = False) -> dict:
 def score(hf: str, *folders: str) -> dict:
     from transformers import AutoTokenizer
 
-    from compressor.tasks.lm import metrics as lm_metrics
+    import compressor.tasks.lm.metrics as lm_metrics
     from compressor.tasks.lm.text_data import TextData
     from compressor.runtimes import inspect_artifact
     from compressor.runtimes.lm import open_lm_runtime
-    from compressor.tasks.array.metrics import weight_share_at
+    from compressor.runtimes.weights import weight_share_at
 
     _, evaluation = TextData().windows(AutoTokenizer.from_pretrained(hf))
     rows = {}

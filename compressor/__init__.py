@@ -9,8 +9,6 @@ use, so `compress --help` starts fast.
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import Any
 
 from compressor.errors import (AccuracyGateError, BackendUnavailableError, CompressorError,
@@ -31,7 +29,7 @@ _LAZY = {
     "load_recipe": "compressor.config.recipe",
     "builtin_names": "compressor.config.recipe",
     "sweep": "compressor.run.sweep",
-    "plot_pareto": "compressor.run.sweep",
+    "plot_pareto": "compressor.report.pareto",
 }
 
 __all__ = [
@@ -50,19 +48,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(__all__)
-
-
-class _Package(types.ModuleType):
-    """Keeps `cz.sweep` the function once `compressor.run.sweep` the module is imported.
-
-    Importing a submodule sets it as an attribute of its package, which would replace a
-    public function of the same name (`cz.sweep(...)` -> "'module' object is not callable").
-    """
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if isinstance(value, types.ModuleType) and _LAZY.get(name) == value.__name__:
-            value = getattr(value, name)
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

@@ -33,7 +33,7 @@ def test_wheel_install_finds_builtin_recipes_and_devices(tmp_path):
              "print(','.join(sorted(m.name for m in pkgutil.walk_packages(compressor.__path__, "
              "'compressor.'))))\n"
              "from importlib import resources\n"   # report.html's stylesheet is package data
-             "print(len(resources.files('compressor.report.html').joinpath('style.css').read_text()))")
+             "print(len(resources.files('compressor.render').joinpath('style.css').read_text()))")
     out = subprocess.run([sys.executable, "-c", probe], env={"PYTHONPATH": str(target)},
                          cwd=tmp_path, capture_output=True, text=True, check=True).stdout.split()
     assert out[0].startswith(str(target))          # the installed copy, not the checkout
@@ -45,4 +45,4 @@ def test_wheel_install_finds_builtin_recipes_and_devices(tmp_path):
     checkout = {".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
                 for p in (REPO / "compressor").rglob("*.py")} - {"compressor"}
     assert set(out[4].split(",")) >= checkout, "subpackages missing from setup.cfg `packages`"
-    assert int(out[5]) > 500, "compressor/report/html/style.css missing from the wheel"
+    assert int(out[5]) > 500, "compressor/render/style.css missing from the wheel"

@@ -13,7 +13,7 @@ import compressor as cz
 from compressor.core import int8_mode
 from compressor.config.recipe import load_recipe
 from compressor.runtimes import inspect_artifact, open_runtime
-from compressor.tasks.array.metrics import int8_weight_share
+from compressor.runtimes.weights import int8_weight_share
 from support.io_models import token_data, torch_lstm_classifier, torch_token_transformer
 
 pytestmark = pytest.mark.slow

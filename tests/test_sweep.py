@@ -6,7 +6,8 @@ import pytest
 import yaml
 
 from compressor.report.html.sweep_page import render_sweep
-from compressor.run.sweep import pareto_front, plot_pareto, sweep
+from compressor.report.pareto import pareto_front, plot_pareto
+from compressor.run.sweep import sweep
 from support.html_checks import check_sweep_html
 
 

@@ -14,7 +14,7 @@ from compressor.core.context import Data
 from compressor.errors import DataError
 from compressor.runtimes.isolated import CRASH_HOOK, RuntimeCrashError, RuntimeRunError, run_isolated
 from compressor.config.steps import ValidateConfig
-from compressor.tasks.array.metrics import evaluate_artifact
+from compressor.tasks.array.evaluate import evaluate_artifact
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")

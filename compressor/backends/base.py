@@ -57,7 +57,8 @@ class Backend(Protocol):
     are handlers registered per model kind and format (compressor/schemes), and a backend
     writes artifacts through that table (`SchemeExporter.export`)."""
 
-    name: str          # the model kind: "keras" | "torch" | "onnx" | "saved_model"
+    name: str          # the model kind: "keras" | "torch" | "onnx" | "saved_model" | "llm"
+    task: str          # what its models are for (compressor/tasks): "array" | "lm"
     image_layout: str  # how built-in image data is laid out for this framework: "NHWC" | "NCHW"
 
     def load(self, source: Any, *, weights: str | None = None, trust_pickle: bool = False) -> Any:
@@ -114,12 +115,8 @@ class Planning(Protocol):
 
 @runtime_checkable
 class TextModel(Protocol):
-    """A language model: validated on windows of tokenized text, and able to generate."""
-
-    def text_windows(self, model: Any, data: Any, windows: dict[str, int | None]) -> Any:
-        """Data whose train split is calibration windows and val split held-out windows
-        (token ids [n, T], no labels: the next tokens are the labels), tokenized with the
-        model's tokenizer; `windows`: the recipe's calibration / eval / window sizes."""
+    """A language model: able to continue a prompt (the reference greedy text); its tokenizer
+    cuts the task's text windows (tasks/lm/windows.py)."""
 
     def generate(self, model: Any, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
         """Greedy continuation of `prompt_ids` (the reference for an artifact's)."""
@@ -150,6 +147,7 @@ class SchemeExporter:
     handler registered for (state.scheme, this kind, fmt) writes the file."""
 
     name: str   # the model kind, set by the backend class
+    task: str = "array"   # the task its models serve (compressor/tasks); language models: "lm"
 
     @property
     def export_formats(self) -> tuple[str, ...]:

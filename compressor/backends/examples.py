@@ -32,7 +32,7 @@ def train_keras_digits_cnn(epochs: int = 8, seed: int = 0, **shape):
 
     keras = import_tf_keras()
 
-    from compressor.tasks.array.data import digits
+    from compressor.core.datasets import digits
 
     keras.utils.set_random_seed(seed)
     data = digits("NHWC")
@@ -67,7 +67,7 @@ def torch_digits_cnn(filters: tuple[int, int] = (16, 32), dense: int = 64, seed:
 
 def train_torch_digits_cnn(epochs: int = 8, seed: int = 0, lr: float = 3e-3, **shape):
     """A trained torch digits CNN (plain Adam + cross-entropy loop, a few seconds)."""
-    from compressor.tasks.array.data import digits
+    from compressor.core.datasets import digits
 
     model = torch_digits_cnn(seed=seed, **shape)
     return train_torch_classifier(model, *digits("NCHW").train, epochs=epochs, lr=lr, seed=seed)

@@ -11,7 +11,7 @@ from compressor.cli.plan import run_plan
 from compressor.cli.report import report
 from compressor.cli.guard import Parser
 from compressor.errors import CompressorError, DataError
-from compressor.report import human_size
+from compressor.render.sizes import human_size
 from compressor.core.tensors import is_named, rows, specs_of
 
 
@@ -42,7 +42,7 @@ def _recipes(argv: list[str]) -> int:
 
 def _inspect(argv: list[str]) -> int:
     from compressor.runtimes import inspect_artifact
-    from compressor.tasks.array.metrics import MATRIX_ELEMENTS, int8_weight_share
+    from compressor.runtimes.weights import MATRIX_ELEMENTS, int8_weight_share
 
     parser = Parser(prog="compress inspect", description="what an artifact holds")
     parser.add_argument("artifact", type=Path)
@@ -164,7 +164,8 @@ def _devices(argv: list[str]) -> int:
 
 
 def _sweep(argv: list[str]) -> int:
-    from compressor.run.sweep import plot_pareto, sweep
+    from compressor.report.pareto import plot_pareto
+    from compressor.run.sweep import sweep
 
     parser = Parser(prog="compress sweep",
                                      description="run several recipes; write sweep.csv, pareto.png "

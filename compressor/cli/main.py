@@ -94,7 +94,7 @@ def _compress_parser() -> argparse.ArgumentParser:
 
 def _compress(args: argparse.Namespace) -> int:
     from compressor.run.pipeline import compress
-    from compressor.run.workers import rank
+    from compressor.core.cluster import rank
 
     if rank() > 0:
         return _compress_other_rank(args)

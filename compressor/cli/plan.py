@@ -5,6 +5,7 @@ import json
 import sys
 
 from compressor.cli.guard import Parser
+from compressor.render.sizes import human_size
 
 TFLITE_LIMIT = 2**31 - 1   # a flatbuffer's size: the LiteRT route refuses larger weights
 BOUNDS_NOTE = ("tok/s are upper bounds, not predictions: decode <= bandwidth / bytes read per "
@@ -54,18 +55,6 @@ def _list() -> int:
     for entry in entries().values():
         print(f"{entry.name:<18} {entry.params:>15,} params  {entry.source}")
     return 0
-
-
-def human_size(n: int | None) -> str:
-    """As compressor.report.human_size (not imported: it pulls in the validation stack)."""
-    if n is None:
-        return "-"
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return str(n)
 
 
 def _rate(x: float | None) -> str:

@@ -74,3 +74,12 @@ def bound_of(metric: str, *, max_drop: float, min_fidelity: float | None = None,
 
 def allowed_increase(config: ValidateConfig) -> float:
     return bound_of("perplexity", max_drop=0.0, max_increase=config.max_increase).limit
+
+
+def gate_passes(config: ValidateConfig, metric_value_: float, drop_: float) -> bool:
+    return gate_bound(config).passes(metric_value_, drop_)
+
+
+def gate_failure(config: ValidateConfig, row: dict, metric_name: str | None = None) -> str:
+    """The failure line of an artifact the gate refused: its number and the bound it missed."""
+    return gate_bound(config, metric_name).failure(row["path"], row["metric_value"], row["drop"])

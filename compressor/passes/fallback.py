@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 
-from compressor.tasks.array import metrics as validate
+from compressor.config.gate import gate_passes
+from compressor.tasks.array.metrics import drop, metric_value
 from compressor.errors import BackendUnavailableError, RecipeError, first_line
 from compressor.export.int8 import export_checked
 
@@ -185,13 +186,12 @@ def _evaluate(path: Path, float_layers: tuple[str, ...], ctx: Context) -> Trial:
     metric = ctx.metric or ctx.validation.metric
     x_val, y_val = ctx.data.val
     outputs = open_runtime(path).predict(x_val)
-    value = validate.metric_value(metric, outputs, y_val, ctx.reference_outputs,
-                                  ctx.validation.output)
-    drop = validate.drop(metric, ctx.baseline_value, value)
-    return Trial(float_layers=float_layers, metric_value=value, drop=drop,
-                 fidelity=validate.metric_value("fidelity", outputs, y_val, ctx.reference_outputs),
+    value = metric_value(metric, outputs, y_val, ctx.reference_outputs, ctx.validation.output)
+    worse_by = drop(metric, ctx.baseline_value, value)
+    return Trial(float_layers=float_layers, metric_value=value, drop=worse_by,
+                 fidelity=metric_value("fidelity", outputs, y_val, ctx.reference_outputs),
                  size_bytes=path.stat().st_size,
-                 passed=validate.gate_passes(ctx.validation, value, drop))
+                 passed=gate_passes(ctx.validation, value, worse_by))
 
 
 def _ranked(full: Trial, singles: dict[str, Trial]) -> list[RankedLayer]:

@@ -1,17 +1,7 @@
-"""Wording report.md and report.html share: short counts and the fallback search's summary."""
+"""Wording report.md and report.html share: the fallback search's summary."""
 from __future__ import annotations
 
 from typing import Any
-
-
-def short_count(n: int | None) -> str:
-    """12_500 -> "12.50k", 1_500_000 -> "1.50M"; None -> "-"."""
-    if n is None:
-        return "-"
-    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if n >= size:
-            return f"{n / size:.2f}{unit}"
-    return str(n)
 
 
 def fallback_summary(fallback: dict[str, Any], metric: str) -> str:

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import compressor.passes  # noqa: F401  (fills the pass registry)
-from compressor.tasks.array import metrics as validate
-from compressor.tasks.lm import metrics as lm_metrics
+from compressor.config.gate import gate_failure, gate_passes
 from compressor.core.context import ModelState
 from compressor.errors import (AccuracyGateError, BackendUnavailableError, DeviceBudgetError,
                                FormatsIncompleteError, first_line)
 from compressor.export.int8 import export_checked
 from compressor.core.memory import stop_sampling
+from compressor.runtimes.weights import MIN_WEIGHT_SHARE
 from compressor.config.recipe import Recipe
 from compressor.passes.registry import get_pass
 from compressor.report import build_report, write_report
@@ -148,7 +148,7 @@ def _validate_all(session: Session, state: ModelState,
     for fmt, path in list(artifacts.items()):
         ctx.progress.info(f"validate {path.name} in its runtime")
         try:
-            row = _evaluate(session, state, path)
+            row = session.task.evaluate(session, state, path)
         except RuntimeCrashError as exc:
             error = first_line(exc, FORMAT_ERROR_CHARS)
             session.record.add_failed_format({"format": fmt, "error": error, "logs": None})
@@ -166,40 +166,21 @@ def _validate_all(session: Session, state: ModelState,
     return rows
 
 
-def _evaluate(session: Session, state: ModelState, path: Path) -> dict[str, Any]:
-    """One artifact's report row, measured in its runtime: a language model's by perplexity,
-    agreement and generation speed (validate_lm), any other's by its metric."""
-    ctx = session.ctx
-    common = dict(latency=session.measure_latency, threads=session.threads,
-                  weight_bits=state.scheme.weight_bits)
-    if lm_metrics.is_lm_outputs(ctx.reference_outputs):
-        from compressor.tasks.lm.evaluate import evaluate_lm_artifact
-
-        return evaluate_lm_artifact(path, ctx.data, ctx.reference_outputs, ctx.baseline_value,
-                                    session.validation, **common)
-    return validate.evaluate_artifact(path, ctx.data, ctx.reference_outputs, ctx.baseline_value,
-                                      session.validation, metric=ctx.metric,
-                                      workdir=ctx.workdir, **common)
-
-
 def _judge(session: Session, rows: list[dict[str, Any]], state: ModelState) -> dict[str, Any]:
     """Apply the accuracy gate, the scheme's weight share and the device budget to each
     artifact (mutates rows' fits_target); formats not produced give exit 5 when all else
     passed."""
     failed = session.record.failed_formats
     validation = session.validation
-    failures = [validate.gate_failure(validation, row, session.metric_name) for row in rows
-                if not validate.gate_passes(validation, row["metric_value"], row["drop"])]
+    failures = [gate_failure(validation, row, session.metric_name) for row in rows
+                if not gate_passes(validation, row["metric_value"], row["drop"])]
     failures += _weight_share_failures(state, rows)
     gate_passed = not failures
     budget = None
     if session.target:
         from compressor.devices import get_profile
 
-        profile = get_profile(session.target)
-        # a language model is the board's one job (llm_share); a vision model shares it
-        budget = (profile.llm_budget_bytes if validation.metric == "perplexity"
-                  else profile.budget_bytes)
+        budget = session.task.budget_bytes(get_profile(session.target))
     for row in rows:
         row["fits_target"] = budget is None or row["est_peak_memory_bytes"] <= budget
         if not row["fits_target"]:
@@ -224,6 +205,6 @@ def _weight_share_failures(state: ModelState, rows: list[dict[str, Any]]) -> lis
     if not scheme.integer or state.float_layers:
         return []
     return [f"{row['path']} holds only {row['weight_share_at_bits']:.0%} {scheme.dtype} weight "
-            f"bytes (< {validate.MIN_WEIGHT_SHARE:.0%}); largest float tensors: "
+            f"bytes (< {MIN_WEIGHT_SHARE:.0%}); largest float tensors: "
             f"{', '.join(row['largest_float_weights'])}" for row in rows
-            if row["weight_share_at_bits"] < validate.MIN_WEIGHT_SHARE]
+            if row["weight_share_at_bits"] < MIN_WEIGHT_SHARE]

@@ -1,7 +1,9 @@
 """A run's inputs, resolved and checked before any work: `open_session`.
 
 The pipeline (compress), the training-loop API (prepare / finalize) and sweeps all start
-here, so bad input fails the same way, fast, whichever way in.
+here, so bad input fails the same way, fast, whichever way in. What depends on what the model
+is for (its data, reference outputs and metric) is its task's (compressor/tasks): the model
+kind names the task, and the session asks it.
 """
 from __future__ import annotations
 
@@ -10,32 +12,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
-from compressor.tasks.array import metrics as validate
-from compressor.backends import Backend, ModelInfo, UserLoopBackend, framework_of, resolve_model
-from compressor.backends.base import Preflight, TextModel
-from compressor.core.context import Context, Data
-from compressor.tasks.array.data import check_matches_model, load_data
-from compressor.errors import DataError, ModelLoadError, RecipeError
-from compressor.export import FORMATS
-from compressor.core.memory import start_sampling
-from compressor.core.progress import Progress
+from compressor.backends import Backend, ModelInfo, UserLoopBackend, resolve_model
 from compressor.config.recipe import Recipe, load_recipe
-from compressor.core.record import RunRecord
 from compressor.config.steps import ValidateConfig
-from compressor.core.tensors import Arrays, output_index, output_list, select_output, take
-from compressor.tasks.array.sanity import check_outputs, warn_if_chance
-from compressor.core.workspace import check_output_path, make_work_folder
+from compressor.core.context import Context
+from compressor.core.memory import start_sampling
+from compressor.core.record import RunRecord
+from compressor.core.workspace import check_output_path
+from compressor.errors import RecipeError
+from compressor.export import FORMATS
+from compressor.tasks import OpenRequest, Task, task_named
+from compressor.tasks.base import describe_ref
 
 
 @dataclass(frozen=True)
 class Session:
     """Every input resolved and checked; `model` is the loaded original, kept untouched as the
     reference. What passes also see (data, formats, reference outputs, baseline) is in `ctx`;
-    what the run measures goes to `record` (ctx.record), which only the report reads."""
+    what the run measures goes to `record` (ctx.record), which only the report reads. `task`
+    evaluates the artifacts and shapes the report."""
 
     recipe: Recipe
     backend: Backend
+    task: Task
     model: Any
     model_ref: str
     info: ModelInfo
@@ -53,7 +52,8 @@ class Session:
 
     @property
     def validation(self) -> ValidateConfig:
-        """The gate this run applies: the recipe's (a language model's: by perplexity)."""
+        """The gate this run applies: the recipe's, as the task reads it (a language model's:
+        by perplexity)."""
         return self.ctx.validation
 
     @property
@@ -90,69 +90,25 @@ def open_session(model: Any, recipe: str | Path | Recipe, data: Any = "digits", 
         get_profile(target)  # an unknown device is a bad argument: fail before any work
 
     backend, source = resolve_model(model)
+    task = task_named(backend.task)
     formats, format_note = _formats_written_by(backend, formats, explicit=bool(requested))
     _refuse_training_steps(backend, recipe)
-    planned = None
-    if isinstance(backend, TextModel):
-        from compressor.tasks.lm.session import check_plan_fits
-
-        planned = check_plan_fits(model, recipe, target, context, force_plan)   # before loading
+    request = OpenRequest(model_ref=model, recipe=recipe, data=data, formats=formats, seed=seed,
+                          quiet=quiet, target=target, metric=metric, context=context,
+                          force_plan=force_plan, teacher=teacher, teacher_weights=teacher_weights,
+                          trust_pickle=trust_pickle)
+    planned = task.before_load(request)
     loaded = backend.load(source, weights=weights, trust_pickle=trust_pickle)
-    if isinstance(backend, TextModel):
-        from compressor.tasks.lm.session import open_lm_session
-
-        session = Session(**open_lm_session(
-            backend, loaded, data, recipe, out=out, model_ref=describe_ref(model), seed=seed,
-            formats=formats, format_note=format_note, quiet=quiet, force=force, target=target,
-            latency=latency, threads=threads, metric=metric, context=context))
-        session.record.add_timing("load", time.perf_counter() - started)
-        if planned is not None:
-            session.record.add_note("plan", planned)   # report.json `plan`, report.html's table
-        return session
-    teacher_model = None
-    if teacher is not None and recipe.needs_teacher:   # recipes without distill ignore it
-        if framework_of(teacher) != backend.name:
-            raise ModelLoadError(f"the teacher is a {framework_of(teacher)} model and the student "
-                                 f"a {backend.name} one; distil between models of one framework")
-        teacher_model = backend.load(teacher, weights=teacher_weights, trust_pickle=trust_pickle)
-    data = load_data(data, backend.image_layout, backend.name)
-    if data.val is None:
-        raise DataError("validation needs a val split (x_val, y_val); the artifacts are checked on it")
-    if recipe.needs_train_data and data.train is None:
-        raise DataError(f"recipe {recipe.name!r} fine-tunes or calibrates and needs a train split "
-                        "(x_train, y_train)")
-    info = backend.describe(loaded, example=take(data.val[0], slice(0, 2)))
-    check_matches_model(data, info.inputs)
-    if isinstance(backend, Preflight):   # a step the model cannot take: refused before any work
-        backend.preflight(loaded, tuple(recipe.steps), formats)
-    if teacher_model is not None:
-        teacher_info = _check_teacher_shapes(backend, loaded, info, teacher_model, data)
-
-    x_val, y_val = data.val
-    reference = backend.predict(loaded, x_val)
-    metric_used = metric or recipe.validation.metric
-    output = recipe.validation.output
-    check_outputs(reference, data, metric_used, output)
-    baseline = validate.metric_value(metric_used, reference, y_val, reference, output)
-    warn_if_chance(metric_used, baseline, select_output(reference, output))
-    teacher_entry = None
-    if teacher_model is not None:
-        teacher_outputs = backend.predict(teacher_model, x_val)
-        teacher_entry = {"model": describe_ref(teacher), "params": teacher_info.params,
-                         "metric_value": validate.metric_value(metric_used, teacher_outputs, y_val,
-                                                               reference, output)}
-    workdir = make_work_folder()   # last: nothing above may leave it behind
-    ctx = Context(data=data, progress=Progress(quiet=quiet), workdir=workdir, seed=seed,
-                  teacher=teacher_model, formats=formats, validation=recipe.validation,
-                  metric=metric, reference_outputs=reference, baseline_value=baseline,
-                  inputs=info.inputs, outputs=info.outputs,
-                  output_index=output_index(info.outputs, output))
+    opened = task.open(request, backend, loaded)
     if format_note:
-        ctx.progress.info(format_note)
-    session = Session(recipe=recipe, backend=backend, model=loaded, model_ref=describe_ref(model),
-                      info=info, ctx=ctx, out_dir=out, force=force, target=target,
-                      measure_latency=latency, threads=threads, teacher_entry=teacher_entry)
+        opened.ctx.progress.info(format_note)
+    session = Session(recipe=recipe, backend=backend, task=task, model=loaded,
+                      model_ref=describe_ref(model), info=opened.info, ctx=opened.ctx, out_dir=out,
+                      force=force, target=target, measure_latency=latency, threads=threads,
+                      teacher_entry=opened.teacher_entry)
     session.record.add_timing("load", time.perf_counter() - started)
+    if planned is not None:
+        session.record.add_note("plan", planned)   # report.json `plan`, report.html's table
     return session
 
 
@@ -187,32 +143,3 @@ def _refuse_training_steps(backend: Backend, recipe: Recipe) -> None:
     for index, step in enumerate(recipe.steps):
         if step.trains:
             raise training_refused(backend.name, index, step)
-
-
-def describe_ref(model: Any) -> str:
-    return str(model) if isinstance(model, (str, Path)) else type(model).__qualname__
-
-
-def _check_teacher_shapes(backend: Backend, student: Any, info: ModelInfo, teacher: Any,
-                          data: Data) -> ModelInfo:
-    """Teacher and student must read the same inputs and give the same outputs (2 val rows)."""
-    rows = take(data.val[0], slice(0, 2))
-    student_out = _output_shapes(backend.predict(student, rows))
-    try:
-        teacher_info = backend.describe(teacher, example=rows)
-    except DataError as exc:
-        raise ModelLoadError(f"the teacher cannot run the student's inputs (student "
-                             f"{info.input_shape} -> {student_out}): {exc}") from None
-    teacher_out = (teacher_info.output_shape if teacher_info.input_shape != info.input_shape
-                   else _output_shapes(backend.predict(teacher, rows)))
-    if teacher_info.input_shape != info.input_shape or teacher_out != student_out:
-        raise ModelLoadError(
-            "the teacher and the student must agree on input and output shapes: student "
-            f"{info.input_shape} -> {student_out}, teacher {teacher_info.input_shape} -> "
-            f"{teacher_out}; distil from a teacher trained on the same inputs and outputs")
-    return teacher_info
-
-
-def _output_shapes(outputs: Arrays) -> tuple:
-    shapes = [(None, *o.shape[1:]) for o in output_list(outputs)]
-    return shapes[0] if len(shapes) == 1 else tuple(shapes)

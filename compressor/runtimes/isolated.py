@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from compressor import errors
+import compressor.errors as errors
 from compressor.errors import BackendUnavailableError, CompressorError
 from compressor.runtimes.base import format_of
 from compressor.runtimes.common import default_threads

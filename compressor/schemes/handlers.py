@@ -23,12 +23,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from compressor.errors import RecipeError
 
 if TYPE_CHECKING:
-    from compressor.core.context import Context, ModelState
     from compressor.schemes.base import Scheme
 
+# Schemes sit below the run's context (core/context.py holds a Scheme), so the state and the
+# context are named here, not imported: ModelState and Context of compressor.core.context.
+ModelState = Context = Any
 # apply(backend, state, scheme, ctx) -> state; export(backend, state, scheme, path, ctx) -> path
-ApplyFn = Callable[[Any, "ModelState", Any, "Context"], "ModelState"]
-ExportFn = Callable[[Any, "ModelState", Any, Path, "Context"], Path]
+ApplyFn = Callable[[Any, ModelState, Any, Context], ModelState]
+ExportFn = Callable[[Any, ModelState, Any, Path, Context], Path]
 F = TypeVar("F")
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import compressor as cz
-from compressor.tasks.lm import metrics as lm_metrics
+import compressor.tasks.lm.metrics as lm_metrics
 from compressor.tasks.lm.text_data import TextData
 from support.html_checks import check_report_html
 

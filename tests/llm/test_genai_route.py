@@ -118,7 +118,7 @@ def test_weight_bytes_are_4_bit_and_the_cache_is_sized_to_the_context(tmp_path_f
                                                                       llama_int4, random_lm_dir):
     from compressor.runtimes import inspect_artifact
     from compressor.runtimes.lm import open_lm_runtime
-    from compressor.tasks.array.metrics import weight_share_at
+    from compressor.runtimes.weights import weight_share_at
 
     untied = genai_build(tmp_path_factory, random_lm_dir("phi3"), "int4", context=CONTEXT)
     for build in (llama_int4, untied):
@@ -154,7 +154,7 @@ def _initializers(folder):
 def test_int8_folder_stores_int8_weights(tmp_path_factory, trained_lm_dir):
     from compressor.runtimes import inspect_artifact
     from compressor.runtimes.lm import open_lm_runtime
-    from compressor.tasks.array.metrics import weight_share_at
+    from compressor.runtimes.weights import weight_share_at
 
     build = genai_build(tmp_path_factory, trained_lm_dir, "int8", context=CONTEXT)
     assert weight_share_at(inspect_artifact(build.folder).weights, 8)[0] >= 0.9

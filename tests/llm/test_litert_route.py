@@ -152,7 +152,7 @@ def test_int4_llama_computes_its_integers_and_generates_like_torch(llama_int4):
 def test_int4_file_holds_the_integers_and_scales_it_was_given(llama_int4):
     from compressor.runtimes import inspect_artifact
     from compressor.runtimes.tflite import _open
-    from compressor.tasks.array.metrics import weight_share_at
+    from compressor.runtimes.weights import weight_share_at
 
     loaded, path, _ = llama_int4
     info = inspect_artifact(path)
@@ -197,7 +197,7 @@ def test_int8_gemma2_softcapped_head_and_windows_longer_than_the_prefill(gemma2_
     table is stored twice: once for the lookup, once with its scales / 30 for the head."""
     from compressor.runtimes import inspect_artifact
     from compressor.runtimes.litert_lm import LiteRtLm
-    from compressor.tasks.array.metrics import weight_share_at
+    from compressor.runtimes.weights import weight_share_at
 
     loaded, path, ctx = gemma2_int8
     _agrees_with_torch(gemma2_int8, 0.02)

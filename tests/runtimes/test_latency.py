@@ -7,7 +7,7 @@ import pytest
 from compressor.core.context import Data
 from compressor.runtimes.latency import measure_latency
 from compressor.config.steps import ValidateConfig
-from compressor.tasks.array.metrics import evaluate_artifact
+from compressor.tasks.array.evaluate import evaluate_artifact
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")

@@ -14,7 +14,7 @@ import compressor as cz
 from compressor.cli.main import main
 from compressor.runtimes import inspect_artifact, open_runtime
 from compressor.config.steps import ValidateConfig
-from compressor.tasks.array.metrics import evaluate_artifact
+from compressor.tasks.array.evaluate import evaluate_artifact
 from support.two_head_models import save_npz, two_head_data, two_head_keras
 
 pytestmark = pytest.mark.slow

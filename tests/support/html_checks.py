@@ -163,7 +163,7 @@ def check_report_html(folder: Path) -> Page:
 def check_sweep_html(path: Path, frame: Any) -> Page:
     """sweep.html shows every row of the sweep's DataFrame, marks exactly the Pareto front's
     rows, and links each recipe that has a report to a report.html that exists."""
-    from compressor.run.sweep import pareto_front
+    from compressor.report.pareto import pareto_front
 
     page = parse_page(path)
     assert page.svgs >= 1 and "pareto" in page.sections and "runs" in page.sections

@@ -6,7 +6,7 @@ import pytest
 
 from compressor.config.gate import bound_from_report, gate_bound
 from compressor.config.steps import ValidateConfig
-from compressor.tasks.array.metrics import gate_failure, gate_passes
+from compressor.config.gate import gate_failure, gate_passes
 
 
 def _row(value: float, drop: float) -> dict:

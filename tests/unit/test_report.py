@@ -7,7 +7,8 @@ from importlib import metadata
 
 import pytest
 
-from compressor.report import human_size, package_versions, render_markdown
+from compressor.render.sizes import human_size
+from compressor.report import package_versions, render_markdown
 
 ARTIFACT = {
     "path": "model.tflite", "size_bytes": 12_288, "gzip_bytes": 10_240, "metric_value": 0.95,

@@ -13,7 +13,7 @@ from compressor.schemes import (FLOAT32, Float16, Int8Dynamic, Int8Qat, Int8Sche
                                 export_handler, find_apply, find_export, formats_of,
                                 scheme_class)
 from compressor.config.steps import PrecisionConfig, QuantizeConfig
-from compressor.tasks.array.metrics import dtype_bits, weight_share_at
+from compressor.runtimes.weights import dtype_bits, weight_share_at
 
 
 def test_each_builtin_mode_builds_its_scheme_from_the_step():

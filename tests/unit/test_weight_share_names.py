@@ -10,7 +10,8 @@ from compressor.report import render_markdown
 from compressor.runtimes.base import WeightTensor
 from compressor.report.summary import print_summary
 from compressor.core.tensor_names import short_tensor_name
-from compressor.tasks.array.metrics import weight_share_at, weight_share_text
+from compressor.render.rows import weight_share_text
+from compressor.runtimes.weights import weight_share_at
 
 ROOT = "support.io_models.torch_token_transformer.<locals>.TokenTransformer"
 LINEAR2 = (f"{ROOT}/torch.nn.modules.transformer.TransformerEncoder_encoder/torch.nn.modules."

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from compressor.run.workers import tf_config_workers
+from compressor.core.cluster import tf_config_workers
 
 _strategy: Any = None
 _tf: Any = None

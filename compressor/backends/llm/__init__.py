@@ -3,7 +3,7 @@ exported as an onnxruntime-genai folder and a LiteRT model with a KV cache.
 
 The model is never trained or rewritten here: passes return a LoadedLm holding the integers
 each linear weight is stored with (model.py), and the exporters write exactly those. Validation
-reads teacher-forced next-token outputs (compressor/tasks/lm/metrics.py) from torch and from each
+reads teacher-forced next-token outputs (compressor/decoders/outputs.py) from torch and from each
 artifact's runtime on held-out text windows.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 import compressor.backends.llm.handlers  # noqa: F401  (fills the scheme handler table)
 from compressor.backends.base import ModelInfo, SchemeExporter
 from compressor.backends.llm.model import LoadedLm
-from compressor.tasks.lm.metrics import NEXT_TOKEN, TOKEN_LOGPROB
+from compressor.decoders.outputs import NEXT_TOKEN, TOKEN_LOGPROB
 from compressor.core.tensors import Arrays, TensorSpec
 
 PREDICT_BATCH = 4   # windows per forward pass: [4, T, vocab] float32 logits at a time
@@ -21,6 +21,7 @@ PREDICT_BATCH = 4   # windows per forward pass: [4, T, vocab] float32 logits at 
 
 class LlmBackend(SchemeExporter):
     name = "llm"
+    task = "lm"
     image_layout = "NCHW"   # unused: language models read text
 
     def load(self, source: Any, *, weights: str | None = None, trust_pickle: bool = False,
@@ -63,11 +64,6 @@ class LlmBackend(SchemeExporter):
                 logprobs.append(logp.gather(-1, ids[:, 1:, None])[..., 0].double().numpy())
                 next_tokens.append(logits.argmax(-1).numpy())
         return {NEXT_TOKEN: np.concatenate(next_tokens), TOKEN_LOGPROB: np.concatenate(logprobs)}
-
-    def text_windows(self, model: LoadedLm, data: Any, windows: dict[str, int | None]) -> Any:
-        from compressor.tasks.lm.windows import text_windows
-
-        return text_windows(model, data, windows)
 
     def generate(self, model: LoadedLm, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
         import torch

@@ -12,14 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from compressor.config.gate import bound_from_report
-from compressor.report.html import cell, number, page, para, section, table
-from compressor.report.html.charts import BarRow, Marker, Segment, bar_chart, dtype_colour, legend
-from compressor.report.html.tensors import ITEMSIZE
+from compressor.render.html import cell, number, page, para, section, table
+from compressor.render.charts import BarRow, Segment, bar_chart, dtype_colour, legend
+from compressor.runtimes.weights import ITEMSIZE
 from compressor.report.html.report_sections import (channel_section, fallback_section,
-                                             history_section, llm_section, notes_section,
-                                             plan_section, run_section, tensors_section)
-from compressor.tasks.lm.report import human_size, is_lm_report
-from compressor.report.text import short_count
+                                                    history_section, notes_section, plan_section,
+                                                    run_section, tensors_section)
+from compressor.tasks import task_of_report
+from compressor.render.sizes import human_size, short_count
 
 def render_html(report: dict[str, Any], folder: Path | None = None) -> str:
     """The page for `report` (report.json's dict); `folder` holds its artifacts, read for the
@@ -27,8 +27,8 @@ def render_html(report: dict[str, Any], folder: Path | None = None) -> str:
     name = report["recipe"]["name"]
     body = [f"<header><h1>compress report: {escape(name)}</h1>{verdict(report)}"
             f"{facts(report)}</header>",
-            size_section(report), metric_section(report), latency_section(report),
-            llm_section(report), tensors_section(report, folder), history_section(report),
+            size_section(report), task_of_report(report).metric_section(report),
+            latency_section(report), tensors_section(report, folder), history_section(report),
             fallback_section(report), channel_section(report), plan_section(report),
             notes_section(report), run_section(report)]
     return page(f"compress report: {name}", body, sortable=True)
@@ -121,38 +121,6 @@ def byte_shares(weight_dtypes: dict[str, float]) -> dict[str, float]:
     weighted = {k: v * ITEMSIZE.get(k, 4) for k, v in weight_dtypes.items() if v > 0}
     total = sum(weighted.values())
     return {k: v / total for k, v in sorted(weighted.items(), key=lambda kv: -kv[1])} if total else {}
-
-
-def metric_section(report: dict[str, Any]) -> str:
-    arts = report["artifacts"]
-    if not arts or is_lm_report(report):   # a language model's metrics: llm_section
-        return ""
-    base, gate = report["baseline"], report["gate"]
-    metric = base["metric"]
-    rows, cells = [], []
-    bound = bound_from_report(gate, metric)
-    limit = gate.get("min_fidelity")
-    for art in arts:
-        drop = art["drop"]
-        ok = bound.passes(art["metric_value"], drop)
-        rows.append(BarRow(art["path"], [Segment(max(drop, 0.0), "#e45756" if not ok else
-                                                 "#4c78a8", f"drop {drop:+.4f}")],
-                           f"drop {drop:+.4f}" + ("" if drop > 0 else " (none)")))
-        cells.append((art["path"], [
-            cell(art["path"]), cell(f"{art['metric_value']:.4f}", art["metric_value"]),
-            cell(f"{drop:+.4f}", drop),
-            cell("yes" if ok else "NO", str(ok).lower(), "yes" if ok else "no")]))
-    parts = []
-    if limit is None:
-        parts.append(bar_chart(rows, [Marker(gate["max_drop"], f"gate {gate['max_drop']}",
-                                             "#c62828")],
-                               label=f"{metric} drop per artifact against the gate",
-                               fmt=lambda v: f"{v:.4f}"))
-    headers = ("artifact", metric, "drop vs baseline", "within the gate")
-    parts.append(table(headers, cells, "metric"))
-    parts.append(para(f"Baseline {metric} {base['value']:.4f}; gate: {gate_text(report)}. "
-                      "Each artifact is scored in its own runtime on the held-out data.", "note"))
-    return section("metric", f"{metric.capitalize()} against the gate", *parts)
 
 
 def latency_section(report: dict[str, Any]) -> str:

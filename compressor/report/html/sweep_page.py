@@ -15,8 +15,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from compressor.report.html import cell, page, para, section, table
-from compressor.tasks.lm.report import human_size
+from compressor.render.html import cell, page, para, section, table
+from compressor.render.sizes import human_size
 
 
 
@@ -40,7 +40,7 @@ COLUMNS = (("format", "format", str), ("size_bytes", "size", human_size),
 
 def render_sweep(frame, out_dir: Path, x: str = "size_bytes", y: str = "metric_value") -> str:
     """The page for a sweep's DataFrame; links point at out_dir/<recipe>/report.html."""
-    from compressor.run.sweep import lower_is_better, pareto_front, plot_pareto
+    from compressor.report.pareto import lower_is_better, pareto_front, plot_pareto
 
     ok = frame.dropna(subset=[x, y])
     front = set(pareto_front(ok, x, y).index) if len(ok) else set()

@@ -1,33 +1,24 @@
 """report.html's "largest tensors" chart: the 20 biggest constant tensors of each artifact, in
 bytes as stored, coloured by dtype.
 
-Each report.json row has `largest_tensors` (validation's inspection of the file, made here by
-largest_tensors()). For a report.json without them (older runs re-rendered by `compress
+Each report.json row has `largest_tensors` (validation's inspection of the file, made by
+runtimes/weights.largest_tensors()). For a report.json without them (older runs re-rendered by `compress
 report`) the files in the run's folder are read back with the same inspect code `compress
 inspect` uses; folders and files over MAX_INSPECT_BYTES are not: the chart is left out.
 """
 from __future__ import annotations
 
-import re
 from html import escape
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from compressor.errors import CompressorError
-from compressor.report.html import para, section
-from compressor.report.html.charts import BarRow, Segment, bar_chart, dtype_colour, legend
-from compressor.tasks.lm.report import human_size
-from compressor.core.tensor_names import short_tensor_name
+from compressor.render.html import para, section
+from compressor.render.charts import BarRow, Segment, bar_chart, dtype_colour, legend
+from compressor.render.sizes import human_size
+from compressor.runtimes.weights import TOP, largest_tensors
 
-# what converters append to a constant's name (tf2onnx, onnxruntime's quantizers): not the layer
-CONVERTER_SUFFIX = re.compile(r"((/ReadVariableOp)?(:\d+)?(_DequantizeLinear|_to_float\d*|"
-                              r"_quantized|_scale|_zero_point|_fp16))+$")
-TOP = 20
 MAX_INSPECT_BYTES = 64 << 20          # re-reading a big file would slow every report
-ITEMSIZE = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "uint32": 4, "float16": 2,
-            "bfloat16": 2, "int16": 2, "uint16": 2, "int8": 1, "uint8": 1, "bool": 1,
-            "int4": 0.5, "uint4": 0.5}
 
 
 def tensors_section(report: dict[str, Any], folder: Path | None) -> str:
@@ -69,17 +60,3 @@ def read_largest(folder: Path | None, relative: str) -> list[dict[str, Any]]:
     except (CompressorError, ImportError, OSError, ValueError):   # a runtime not installed,
         return []                                                  # a file that changed
     return largest_tensors(weights)
-
-
-def largest_tensors(weights: Sequence[Any]) -> list[dict[str, Any]]:
-    """report.json `largest_tensors`: the TOP biggest of an artifact's WeightTensors as
-    {name (its layer), dtype, shape, bytes as stored}."""
-    rows = [{"name": layer_label(w.name, w.reader), "dtype": w.dtype, "shape": list(w.shape),
-             "bytes": int(w.size * ITEMSIZE.get(w.dtype, 4))} for w in weights]
-    return sorted(rows, key=lambda row: -row["bytes"])[:TOP]
-
-
-def layer_label(name: str, reader: str) -> str:
-    """The layer a tensor belongs to ("hidden", "conv_b"), converter suffixes dropped."""
-    label = short_tensor_name(CONVERTER_SUFFIX.sub("", name), CONVERTER_SUFFIX.sub("", reader))
-    return label.split(" in ", 1)[1] if " in " in label else label

@@ -14,25 +14,11 @@ from typing import Any
 import numpy as np
 
 from compressor.core.context import Data
+from compressor.core.datasets import digits
 from compressor.errors import DataError, first_line
 from compressor.core.tensors import TensorSpec, is_integer, specs_of
 
 NPZ_KEYS = ("x_train", "y_train", "x_val", "y_val")
-
-
-def digits(layout: str = "NHWC") -> Data:
-    """sklearn's bundled 8x8 digits: 1347 train / 450 val, images / 16 as float32, labels int64."""
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
-    bunch = load_digits()
-    x = (bunch.images / 16.0).astype(np.float32)
-    y = bunch.target.astype(np.int64)
-    x_train, x_val, y_train, y_val = train_test_split(
-        x, y, test_size=0.25, random_state=0, stratify=y)
-    axis = 1 if layout == "NCHW" else -1
-    return Data(train=(np.expand_dims(x_train, axis), y_train),
-                val=(np.expand_dims(x_val, axis), y_val), name="digits")
 
 
 def load_data(spec: Any, layout: str = "NHWC", framework: str | None = None) -> Data:

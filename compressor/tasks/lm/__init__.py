@@ -1,1 +1,5 @@
-"""The causal language-model task: text windows, perplexity, agreement and generation speed."""
+"""The causal language-model task: text windows, perplexity, agreement and generation speed
+(task.py registers it)."""
+from compressor.tasks.lm.task import LmTask
+
+__all__ = ["LmTask"]

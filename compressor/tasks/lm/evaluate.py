@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from compressor.tasks.lm import metrics as lm_metrics
+import compressor.tasks.lm.metrics as lm_metrics
 from compressor.config.steps import ValidateConfig
 
 PROMPTS = 4              # greedy generation from the first tokens of this many held-out windows
@@ -26,10 +26,10 @@ def greedy_prompts(windows: np.ndarray) -> list[list[int]]:
 def evaluate_lm_artifact(path, data, reference: dict[str, np.ndarray], baseline: float,
                          config: ValidateConfig, latency: bool = True, threads: int | None = None,
                          weight_bits: int = 4) -> dict[str, Any]:
-    from compressor.report.html.tensors import largest_tensors
+    from compressor.runtimes.weights import largest_tensors
     from compressor.runtimes import inspect_artifact
     from compressor.runtimes.lm import open_lm_runtime
-    from compressor.tasks.array.metrics import int8_weight_share, weight_share_at
+    from compressor.runtimes.weights import int8_weight_share, weight_share_at
 
     info = inspect_artifact(path)
     runtime = open_lm_runtime(path, threads=threads)

@@ -10,11 +10,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from compressor.decoders.outputs import GREEDY, NEXT_TOKEN, TOKEN_LOGPROB  # noqa: F401  (the keys, for callers)
 from compressor.errors import DataError
 
-NEXT_TOKEN = "next_token"
-TOKEN_LOGPROB = "token_logprob"
-GREEDY = "greedy"
 
 
 def is_lm_outputs(outputs: object) -> bool:

@@ -1,26 +1,15 @@
-"""The language-model columns of the terminal summary and report.md (one definition for both),
-and the byte sizes both print."""
+"""What a language model's report shows: its table in report.md and on the terminal (one
+definition of the columns for both) and its section of report.html."""
 from __future__ import annotations
 
 from typing import Any
 
+from compressor.render.charts import BarRow, Marker, Segment, bar_chart
+from compressor.render.html import cell, number, para, section, table
+from compressor.render.sizes import human_size
+
 COLUMNS = ("artifact", "size", "vs fp16", "perplexity", "increase", "top-1", "greedy",
            "prefill ms", "decode tok/s", "peak RSS", "KV cache", "fits")
-
-
-def is_lm_report(report: dict[str, Any]) -> bool:
-    return "perplexity" in report["baseline"]
-
-
-def human_size(n: int | None) -> str:
-    """Bytes as people read them (report.md, the terminal table)."""
-    if n is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 def lm_row(art: dict[str, Any], report: dict[str, Any]) -> list[str]:
@@ -57,3 +46,45 @@ def _number(value: float | None, spec: str) -> str:
 
 def _size(value: int | None) -> str:
     return human_size(value)
+
+
+def llm_section(report: dict[str, Any]) -> str:
+    """Perplexity vs the original, agreement, prefill / decode speed, KV cache, peak RSS."""
+    if not report["artifacts"]:
+        return ""
+    base, arts = report["baseline"], report["artifacts"]
+    limit = base["perplexity"] * (1 + report["gate"]["max_increase"])
+    ppl = bar_chart([BarRow("original (torch)", [Segment(base["perplexity"], "#9e9e9e",
+                                                         f"{base['perplexity']:.3f}")],
+                            f"{base['perplexity']:.3f}")]
+                    + [BarRow(a["path"], [Segment(a["perplexity"], "#4c78a8",
+                                                  f"{a['perplexity']:.3f}")],
+                              f"{a['perplexity']:.3f} ({a['perplexity_increase']:+.2%})")
+                       for a in arts],
+                    [Marker(limit, f"gate {limit:.2f}", "#c62828")],
+                    label="perplexity against the original", fmt=lambda v: f"{v:.3f}")
+    speed = bar_chart([BarRow(a["path"], [Segment(a.get("decode_tokens_per_s") or 0, "#54a24b",
+                                                  "decode tokens/s")],
+                              f"{number(a.get('decode_tokens_per_s'), '.1f')} tok/s")
+                       for a in arts], label="decode tokens per second")
+    fp16 = base.get("fp16_bytes") or 1
+    cells = [(a["path"], [
+        cell(a["path"]), cell(human_size(a["size_bytes"]), a["size_bytes"]),
+        cell(f"{a['size_bytes'] / fp16:.3f}x", round(a["size_bytes"] / fp16, 6)),
+        cell(f"{a['perplexity']:.3f}", a["perplexity"]),
+        cell(f"{a['perplexity_increase']:+.2%}", a["perplexity_increase"]),
+        cell(f"{a['top1_agreement']:.1%}", a["top1_agreement"]),
+        cell(f"{a['greedy_agreement']:.1%}", a["greedy_agreement"]),
+        cell(number(a.get("prefill_ms"), ".1f"), a.get("prefill_ms")),
+        cell(number(a.get("decode_tokens_per_s"), ".1f"), a.get("decode_tokens_per_s")),
+        cell(human_size(a.get("peak_rss_bytes")), a.get("peak_rss_bytes")),
+        cell(human_size(a.get("kv_cache_bytes")), a.get("kv_cache_bytes")),
+        cell(a.get("context", "-"), a.get("context")),
+        cell(a.get("threads") or "-", a.get("threads"))]) for a in arts]
+    headers = ("artifact", "size", "vs fp16", "perplexity", "increase", "top-1", "greedy",
+               "prefill ms", "decode tok/s", "peak RSS", "KV cache", "context", "threads")
+    return section("llm", "Language model", ppl, speed, table(headers, cells, "llm", sortable=True),
+                   para(f"Baseline perplexity {base['perplexity']:.3f} (torch); prefill of 512 "
+                        f"tokens; KV cache sized to context {report.get('context')}; this "
+                        f"compress run peaked at {human_size(report.get('compress_peak_rss_bytes'))}"
+                        " resident.", "note"))

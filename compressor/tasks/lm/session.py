@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from compressor.tasks.lm import metrics as lm_metrics
+import compressor.tasks.lm.metrics as lm_metrics
 from compressor.core.context import Context
 from compressor.errors import UsageError
 from compressor.core.progress import Progress
@@ -17,6 +17,7 @@ from compressor.config.recipe import Recipe
 from compressor.config.steps import QuantizeConfig, ValidateConfig
 from compressor.tasks.lm.evaluate import GREEDY_TOKENS, greedy_prompts
 from compressor.core.workspace import make_work_folder
+from compressor.tasks.base import Opened, OpenRequest
 
 DEFAULT_CONTEXT = 4096   # the KV cache an artifact is built for, unless --context says
 
@@ -80,18 +81,19 @@ def check_quantize_steps(loaded: Any, recipe: Recipe) -> None:
                 raise RecipeError(f"steps.{index}: {exc}") from None
 
 
-def open_lm_session(backend: Any, loaded: Any, data: Any, recipe: Recipe, *, out: Path,
-                    model_ref: str, seed: int, formats: tuple[str, ...], format_note: str | None,
-                    quiet: bool, force: bool, target: str | None, latency: bool,
-                    threads: int | None, metric: Any, context: int | None) -> dict[str, Any]:
-    """The Session's fields for a language model (session.py builds it)."""
-    if metric is not None:
+def open_lm(request: OpenRequest, backend: Any, loaded: Any) -> Opened:
+    """A language model's data (the recipe's text windows, tokenized by its own tokenizer), the
+    torch reference (teacher-forced outputs, greedy continuations) and its perplexity."""
+    from compressor.tasks.lm.windows import text_windows
+
+    if request.metric is not None:
         raise UsageError("a custom metric is for classifier models; language models are scored "
                          "by perplexity on held-out text")
+    recipe = request.recipe
     validation = lm_validation(recipe)
     check_quantize_steps(loaded, recipe)
-    progress = Progress(quiet=quiet)
-    data = backend.text_windows(loaded, data, window_settings(recipe, validation))
+    progress = Progress(quiet=request.quiet)
+    data = text_windows(loaded, request.data, window_settings(recipe, validation))
     info = backend.describe(loaded)
     x_val = data.val[0]
     progress.info(f"reference: the original model on {len(x_val)} held-out windows of "
@@ -100,18 +102,14 @@ def open_lm_session(backend: Any, loaded: Any, data: Any, recipe: Recipe, *, out
     reference[lm_metrics.GREEDY] = np.array(
         [backend.generate(loaded, prompt, GREEDY_TOKENS) for prompt in greedy_prompts(x_val)])
     baseline = lm_metrics.perplexity(reference)
-    kv_context = artifact_context(loaded.model, context)
+    kv_context = artifact_context(loaded.model, request.context)
     workdir = make_work_folder()   # last: nothing above may leave it behind
-    ctx = Context(data=data, progress=progress, workdir=workdir, seed=seed, formats=formats,
-                  validation=validation, reference_outputs=reference, baseline_value=baseline,
-                  inputs=info.inputs, outputs=info.outputs,
+    ctx = Context(data=data, progress=progress, workdir=workdir, seed=request.seed,
+                  formats=request.formats, validation=validation, reference_outputs=reference,
+                  baseline_value=baseline, inputs=info.inputs, outputs=info.outputs,
                   context=kv_context)
-    if format_note:
-        ctx.progress.info(format_note)
     if loaded.notes:   # what loading decided (a .gguf's grids kept): report.json `notes`
         ctx.record.add_note("notes", list(loaded.notes))
         for note in loaded.notes:
             ctx.progress.info(note)
-    return dict(recipe=recipe, backend=backend, model=loaded, model_ref=model_ref, info=info,
-                ctx=ctx, out_dir=out, force=force, target=target, measure_latency=latency,
-                threads=threads)
+    return Opened(info=info, ctx=ctx)

@@ -15,7 +15,7 @@ from torch import nn
 import compressor as cz
 from compressor.config.recipe import load_recipe
 from compressor.runtimes import inspect_artifact
-from compressor.tasks.array.metrics import int8_weight_share
+from compressor.runtimes.weights import int8_weight_share
 
 from support.io_models import token_data
 

@@ -1,0 +1,63 @@
+"""The causal language-model task: token windows of text, perplexity against the original,
+next-token and greedy agreement, and what generating costs on the device."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+from compressor.tasks.base import Opened, OpenRequest, register_task
+import compressor.tasks.lm.report as report
+
+# artifact keys a sweep frame adds for a language model (report.json per LM artifact)
+SWEEP_COLUMNS = ("perplexity", "perplexity_increase", "top1_agreement", "greedy_agreement",
+                 "prefill_ms", "decode_tokens_per_s", "peak_rss_bytes", "kv_cache_bytes", "context")
+
+
+@register_task
+class LmTask:
+    name: ClassVar[str] = "lm"
+    sweep_columns: ClassVar[tuple[str, ...]] = SWEEP_COLUMNS
+
+    def before_load(self, request: OpenRequest) -> dict[str, Any] | None:
+        from compressor.tasks.lm.session import check_plan_fits
+
+        return check_plan_fits(request.model_ref, request.recipe, request.target,
+                               request.context, request.force_plan)
+
+    def open(self, request: OpenRequest, backend: Any, model: Any) -> Opened:
+        from compressor.tasks.lm.session import open_lm
+
+        return open_lm(request, backend, model)
+
+    def evaluate(self, session: Any, state: Any, path: Path) -> dict[str, Any]:
+        from compressor.tasks.lm.evaluate import evaluate_lm_artifact
+
+        ctx = session.ctx
+        return evaluate_lm_artifact(path, ctx.data, ctx.reference_outputs, ctx.baseline_value,
+                                    session.validation, latency=session.measure_latency,
+                                    threads=session.threads, weight_bits=state.scheme.weight_bits)
+
+    def budget_bytes(self, profile: Any) -> int:
+        return profile.llm_budget_bytes   # a language model is the board's one job (llm_share)
+
+    def add_report_keys(self, report_json: dict[str, Any], session: Any) -> None:
+        """baseline.perplexity, the gate's allowed increase, the context the KV caches are sized
+        to, and the peak RSS this run needed (this process and its children summed, sampled)."""
+        from compressor.config.gate import allowed_increase
+        from compressor.core.memory import peak_rss_bytes
+
+        report_json["baseline"]["perplexity"] = session.ctx.baseline_value
+        report_json["baseline"]["fp16_bytes"] = 2 * session.info.params   # the ratio's denominator
+        report_json["gate"]["max_increase"] = allowed_increase(session.validation)
+        report_json["context"] = session.ctx.context
+        report_json["compress_peak_rss_bytes"] = peak_rss_bytes()
+
+    def markdown_lines(self, report_json: dict[str, Any]) -> list[str]:
+        return report.markdown_lines(report_json)
+
+    def summary(self, report_json: dict[str, Any]) -> tuple[str, tuple[str, ...], list[list[str]]]:
+        return (report.lm_title(report_json), report.COLUMNS,
+                [report.lm_row(art, report_json) for art in report_json["artifacts"]])
+
+    def metric_section(self, report_json: dict[str, Any]) -> str:
+        return report.llm_section(report_json)
