@@ -262,3 +262,92 @@ def test_each_model_kind_has_the_capabilities_it_claims():
     onnx = OnnxBackend()
     assert isinstance(onnx, LayerSelection) and onnx.export_formats == ("onnx",)
     assert not any(isinstance(onnx, cap) for cap in (Pruning, Distilling, UserLoopBackend))
+
+
+# ------------------------------------------------------------------ the task seam and layering
+
+# Bottom to top: a package imports only packages below it (and itself). The root module
+# (compressor/__init__.py) and the loose public modules above everything may import any.
+LAYERS = ("compressor.errors", "compressor.render", "compressor.decoders", "compressor.schemes",
+          "compressor.config", "compressor.core", "compressor.runtimes", "compressor.devices",
+          "compressor.export", "compressor.backends", "compressor.plan", "compressor.tasks",
+          "compressor.passes", "compressor.report", "compressor.run", "compressor.cli")
+ABOVE_ALL = ("compressor", "compressor.data", "compressor.demo", "compressor.demo_lm")
+
+
+def _layer_of(module: str) -> str:
+    return _package_of(module)
+
+
+def test_every_package_has_a_layer():
+    packages = {_layer_of(name) for name in _modules()}
+    assert packages <= set(LAYERS) | set(ABOVE_ALL), sorted(packages - set(LAYERS) - set(ABOVE_ALL))
+
+
+def test_no_import_runs_upward():
+    rank = {name: index for index, name in enumerate(LAYERS)}
+    upward = [f"{module} -> {target}" for module, targets in import_graph().items()
+              if _layer_of(module) in rank
+              for target in targets
+              if _layer_of(target) not in rank or rank[_layer_of(target)] > rank[_layer_of(module)]]
+    assert upward == []
+
+
+# What asks "which task is this?" and may: the tasks themselves and the language-model kind's
+# own backend (packages); the kind detectors (the model kind names its task), the gate, whose
+# bound is chosen by the metric name a recipe's `validate` gives, and the int8 mode, chosen by
+# the layer kinds a model describes (a causal-LM head among them) (modules).
+TASK_CHECK_PACKAGES = ("compressor.tasks", "compressor.backends.llm")
+TASK_CHECK_MODULES = {"compressor.backends", "compressor.backends.kinds",
+                      "compressor.backends.model_kinds", "compressor.config.gate",
+                      "compressor.core.int8_mode"}
+TASK_WORDS = {"perplexity", "llm", "lm", "language_model", "causal_lm"}
+TASK_PREDICATES = {"is_causal_lm", "is_lm_outputs", "is_lm_report", "is_language_model",
+                   "TextModel"}
+
+
+def _task_checks(path: Path) -> list[str]:
+    """Comparisons with a task's name or metric (`x == "perplexity"`, `"perplexity" in x`,
+    `kind == "llm"`) and calls of the predicates that tell a language model apart."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any(isinstance(o, ast.Constant) and o.value in TASK_WORDS for o in operands):
+                found.append(f"{path.name}:{node.lineno} compares with a task word")
+        elif isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+            if name in TASK_PREDICATES or (name == "isinstance" and any(
+                    isinstance(a, ast.Name) and a.id in TASK_PREDICATES for a in node.args)):
+                found.append(f"{path.name}:{node.lineno} {name}")
+    return found
+
+
+def test_no_task_check_outside_tasks_and_the_kind_detectors():
+    checks = [check for name, path in _modules().items()
+              if not name.startswith(TASK_CHECK_PACKAGES) and name not in TASK_CHECK_MODULES
+              for check in _task_checks(path)]
+    assert checks == []
+
+
+def test_the_task_check_finds_one(tmp_path):
+    path = tmp_path / "report.py"
+    path.write_text('def f(report, backend):\n    if "perplexity" in report["baseline"]:\n'
+                    '        return 1\n    return isinstance(backend, TextModel)\n')
+    assert _task_checks(path) == ["report.py:2 compares with a task word",
+                                  "report.py:4 isinstance"]
+
+
+def test_every_task_is_registered_and_complete():
+    from compressor.tasks import registered_tasks, task_named
+    from compressor.tasks.base import Task
+
+    methods = [name for name, member in vars(Task).items()
+               if inspect.isfunction(member) and not name.startswith("_")]
+    methods += ["markdown_lines", "summary", "metric_section"]
+    assert registered_tasks() == ["array", "lm"]
+    for name in registered_tasks():
+        task = task_named(name)
+        assert [m for m in methods if not callable(getattr(task, m, None))] == [], name
+        assert isinstance(task.sweep_columns, tuple) and isinstance(task.metric_lower_is_better, bool)

@@ -22,16 +22,18 @@ NO_TRAINING_FIX = "use int8 (ptq), fp16 or mixed_int8_fp16"
 IMAGE_CHANNELS = (1, 3)
 
 
-def training_refused(backend_name: str, index: int, step: StepConfig) -> RecipeError:
+# What a kind without a training loop says of a step that trains; a kind may set its own
+# (`training_refusal` on its backend class: the language-model kind names its recipes).
+TRAINING_REFUSAL = ("the {kind} backend does not train: step {number} `{step}`{mode} fine-tunes "
+                    "the model and needs a Keras or PyTorch model; " + NO_TRAINING_FIX)
+
+
+def training_refused(backend: Any, index: int, step: StepConfig) -> RecipeError:
     """The error for recipe step `index` (0-based) that trains, on a backend that cannot."""
     mode = " (mode qat)" if step.kind == "quantize" else ""
-    if backend_name == "llm":
-        return RecipeError(f"compressor does not fine-tune language models: step {index + 1} "
-                           f"`{step.kind}`{mode} trains the model; use int4, int8 or fp16 "
-                           "(weight-only, calibrated on text, no training)")
-    return RecipeError(f"the {backend_name} backend does not train: step {index + 1} "
-                       f"`{step.kind}`{mode} fine-tunes the model and needs a Keras or PyTorch "
-                       f"model; {NO_TRAINING_FIX}")
+    template = getattr(backend, "training_refusal", TRAINING_REFUSAL)
+    return RecipeError(template.format(kind=backend.name, number=index + 1, step=step.kind,
+                                       mode=mode))
 
 
 def register_training_refusal(kind: str) -> None:
@@ -41,7 +43,7 @@ def register_training_refusal(kind: str) -> None:
 
     @apply_handler(Int8Qat, kind)
     def _refuse_qat(backend: Any, state: ModelState, scheme: Int8Qat, ctx: Context) -> ModelState:
-        raise training_refused(kind, len(state.steps), scheme.training)
+        raise training_refused(backend, len(state.steps), scheme.training)
 
 
 def image_layout_of(inputs: tuple[TensorSpec, ...], default: str) -> str:

@@ -1,5 +1,10 @@
-"""The `compress` command: `main` parses, each subcommand has its module, and guard.py turns
+"""The `compress` command: main.py parses, each subcommand has its module, and guard.py turns
 every failure into one `error:` line and an exit code."""
-from compressor.cli.main import main
+from __future__ import annotations
 
-__all__ = ["main"]
+
+def main(argv: list[str] | None = None) -> int:
+    """The `compress` entry point (setup.cfg console_scripts: compressor.cli:main)."""
+    from compressor.cli.main import main as run
+
+    return run(argv)

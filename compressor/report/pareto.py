@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from compressor.errors import DataError
+from compressor.tasks import task_named
 
 # columns where a smaller value is the better one (the Pareto front minimises them)
 LOWER_IS_BETTER = {"perplexity", "perplexity_increase", "drop", "latency_ms_p50", "prefill_ms",
@@ -26,9 +27,12 @@ def pareto_front(frame, x: str, y: str):
 
 
 def lower_is_better(frame, y: str) -> bool:
-    """`metric_value` is a perplexity in a language-model sweep: lower is better there too."""
-    return y in LOWER_IS_BETTER or (y == "metric_value" and "perplexity" in frame
-                                    and frame["perplexity"].notna().all())
+    """Whether the Pareto front minimises `y`; `metric_value` where the rows' task says so (a
+    language model's is a perplexity)."""
+    if y in LOWER_IS_BETTER:
+        return True
+    tasks = set(frame["task"].dropna()) if y == "metric_value" and "task" in frame else set()
+    return bool(tasks) and all(task_named(name).metric_lower_is_better for name in tasks)
 
 
 def plot_pareto(frame, x: str = "size_bytes", y: str = "metric_value",

@@ -142,4 +142,4 @@ def _refuse_training_steps(backend: Backend, recipe: Recipe) -> None:
 
     for index, step in enumerate(recipe.steps):
         if step.trains:
-            raise training_refused(backend.name, index, step)
+            raise training_refused(backend, index, step)

@@ -114,8 +114,9 @@ def _cached_report(folder: Path, key: dict[str, str]) -> dict[str, Any] | None:
 
 def _rows(report: dict[str, Any], cached: bool) -> list[dict[str, Any]]:
     name = report["recipe"]["name"]
-    columns = ARTIFACT_COLUMNS + task_of_report(report).sweep_columns
-    return [{"recipe": name, **{k: art.get(k) for k in columns},
+    task = task_of_report(report)
+    columns = ARTIFACT_COLUMNS + task.sweep_columns
+    return [{"recipe": name, "task": task.name, **{k: art.get(k) for k in columns},
              "passed": report["passed"], "cached": cached, "error": None}
             for art in report["artifacts"]]
 

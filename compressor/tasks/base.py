@@ -54,6 +54,7 @@ class ReportView(Protocol):
     """A task's part of every rendering of a report (report.json's dict in, text out)."""
 
     sweep_columns: tuple[str, ...]          # artifact keys a sweep frame adds for this task
+    metric_lower_is_better: bool            # a Pareto front minimises metric_value (perplexity)
 
     def markdown_lines(self, report: dict[str, Any]) -> list[str]:
         """report.md lines of the task's own table, placed before the artifact table."""

@@ -22,6 +22,9 @@ PREDICT_BATCH = 4   # windows per forward pass: [4, T, vocab] float32 logits at 
 class LlmBackend(SchemeExporter):
     name = "llm"
     task = "lm"
+    training_refusal = ("compressor does not fine-tune language models: step {number} `{step}`"
+                        "{mode} trains the model; use int4, int8 or fp16 (weight-only, "
+                        "calibrated on text, no training)")
     image_layout = "NCHW"   # unused: language models read text
 
     def load(self, source: Any, *, weights: str | None = None, trust_pickle: bool = False,

@@ -13,6 +13,7 @@ from compressor.tasks.base import Opened, OpenRequest, register_task
 class ArrayTask:
     name: ClassVar[str] = "array"
     sweep_columns: ClassVar[tuple[str, ...]] = ()
+    metric_lower_is_better: ClassVar[bool] = False   # mse drops into `drop` the same way
 
     def before_load(self, request: OpenRequest) -> dict[str, Any] | None:
         return None   # nothing to check before the model is loaded

@@ -17,6 +17,7 @@ SWEEP_COLUMNS = ("perplexity", "perplexity_increase", "top1_agreement", "greedy_
 class LmTask:
     name: ClassVar[str] = "lm"
     sweep_columns: ClassVar[tuple[str, ...]] = SWEEP_COLUMNS
+    metric_lower_is_better: ClassVar[bool] = True    # metric_value is a perplexity
 
     def before_load(self, request: OpenRequest) -> dict[str, Any] | None:
         from compressor.tasks.lm.session import check_plan_fits
