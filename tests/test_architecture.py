@@ -1,5 +1,5 @@
 """The package's shape, read from its source: import directions without cycles, a small
-Backend protocol, small modules, and framework imports only where they belong (DESIGN.md)."""
+Backend protocol, small modules, and framework imports only where they belong (docs/architecture.md)."""
 from __future__ import annotations
 
 import ast

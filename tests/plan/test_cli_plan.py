@@ -1,5 +1,5 @@
-"""`compress plan` as a user runs it: the JSON keys DESIGN.md fixes, the 8B Llama on a Jetson
-Orin NX 8GB at 4k (fp16 and int8 do not fit, int4 does, two boards split int8), the table,
+"""`compress plan` as a user runs it: the JSON keys docs/language-models.md fixes, the 8B Llama
+on a Jetson Orin NX 8GB at 4k (fp16 and int8 do not fit, int4 does, two boards split int8), the table,
 the host target, artifacts that are not language models, and plan_gate for `compress`."""
 from __future__ import annotations
 

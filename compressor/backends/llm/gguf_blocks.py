@@ -5,7 +5,7 @@ Both store 32 consecutive inputs of one output row per block, which is our group
   nibbles 16..31); w = d * (q - 8). That is our grid exactly: scale d, zero point 8.
 - Q4_1, 20 bytes: fp16 d, fp16 m, 16 bytes of nibbles; w = d * q + m. Our grid needs an
   integer zero point (onnxruntime's MatMulNBits stores uint8 zero points; float ones decode
-  ~28x slower, STACK.md), and -m / d is not an integer in general. `q41_on_int_grid` keeps
+  ~28x slower, measured with onnxruntime 1.32), and -m / d is not an integer in general. `q41_on_int_grid` keeps
   the codes, rounds the zero point and refits the group's scale by least squares: the
   weights move by at most d / 2 (rms) per group. Measured cost, and why load_gguf leaves
   Q4_1 to the recipe by default: gguf.py's module docstring.

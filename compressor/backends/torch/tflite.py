@@ -7,7 +7,8 @@ The artifact has a batch of 1, as on device: litert-torch 0.10 cannot lower a dy
 alike). LiteRT runs larger batches row by row; made_by says the batch is fixed. The input
 and output tensors carry the signature's names (the model's argument and output names).
 
-int8 is the route probed in STACK.md: the PT2E graph converted with `fold_quantize=False`,
+int8 is the route probed on the pinned stack (torch 2.13, litert-torch 0.10): the PT2E graph
+converted with `fold_quantize=False`,
 then `litert_torch.convert(..., quant_config=QuantConfig(pt2e_quantizer=...))`. That config
 only tells the converter the graph is statically quantized (its q/dq ops carry the ranges);
 litert's own quantizer cannot prepare QAT, so the model is prepared by torchao's.
