@@ -106,7 +106,7 @@ def python_cmd(*args: str) -> list[str]:
 def compress_cmd(*args: str) -> list[str]:
     """The installed `compress` console script next to this Python (what a user runs)."""
     script = Path(PYTHON).parent / "compress"
-    head = [str(script)] if script.exists() else [PYTHON, "-m", "compressor.cli.main"]
+    head = [str(script)] if script.exists() else [PYTHON, "-m", "compressor.cli"]
     return head + [str(a) for a in args]
 
 

@@ -46,9 +46,7 @@ def main(argv: list[str] | None = None) -> int:
 def digits(out: Path, recipe: str) -> int:
     """The digits route: train (or reuse) the example CNN, compress it with `recipe`."""
     from compressor.backends.examples import save_keras_digits_cnn
-    # the module's function: once compressor.cli.main is imported, `from compressor.cli import
-    # main` gives that submodule, not the package's function
-    from compressor.cli.main import main as compress_main
+    from compressor.cli import main as compress_main
 
     model_path = out / "digits_cnn.keras"
     if not model_path.exists():

@@ -41,9 +41,7 @@ FOLDER_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer
 def run(out: Path) -> int:
     """The LM route into `out`: 0 when every stage passed, else the failing stage's exit code."""
     os.environ["HF_HUB_OFFLINE"] = "1"   # nothing here downloads
-    # the module's function: once compressor.cli.main is imported, `from compressor.cli import
-    # main` gives that submodule, not the package's function
-    from compressor.cli.main import main as compress_main
+    from compressor.cli import main as compress_main
 
     folder = out / LM_FOLDER
     int4_out = out / RECIPE

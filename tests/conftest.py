@@ -43,7 +43,7 @@ def no_files_outside_tmp(tmp_path, monkeypatch):
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
     """Run `compress ARGS` as a user would, in a fresh process."""
-    return subprocess.run([sys.executable, "-m", "compressor.cli.main", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "compressor.cli", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 

@@ -104,7 +104,7 @@ def test_alias_bomb_is_cheap(tmp_path):
     wrapper = textwrap.dedent("""
         import resource, subprocess, sys, time
         started = time.monotonic()
-        done = subprocess.run([sys.executable, "-m", "compressor.cli.main", "recipes", "show",
+        done = subprocess.run([sys.executable, "-m", "compressor.cli", "recipes", "show",
                                "bomb.yaml"], capture_output=True, text=True)
         print(done.returncode, time.monotonic() - started,
               resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)

@@ -19,14 +19,14 @@ def test_import_compressor_loads_no_framework():
 
 
 def test_help_loads_no_framework():
-    code = ("import contextlib, io\nfrom compressor.cli.main import main\n"
+    code = ("import contextlib, io\nfrom compressor.cli import main\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             "    try:\n        main(['--help'])\n    except SystemExit:\n        pass")
     assert _loaded_after(code) == []
 
 
 def test_recipes_list_loads_no_framework():
-    code = ("import contextlib, io\nfrom compressor.cli.main import main\n"
+    code = ("import contextlib, io\nfrom compressor.cli import main\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n    main(['recipes', 'list'])")
     assert _loaded_after(code) == []
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import yaml
 
-from compressor.cli.main import main as compress_main
+from compressor.cli import main as compress_main
 from compressor.run.pipeline import compress
 from compressor.runtimes import inspect_artifact
 from support import browser, html_checks

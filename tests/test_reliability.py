@@ -1,13 +1,13 @@
 """Every bad input, hostile file and broken environment ends the same way: exactly one
 `error:` line of at most 500 characters, the documented exit code, no traceback, and no
-folders left in the temp dir or beside --out. The cases run `compressor.cli.main.main` in this
+folders left in the temp dir or beside --out. The cases run `compressor.cli.main` in this
 process (TensorFlow is imported once); test_cli.py covers the same path in subprocesses."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from compressor.cli.main import main
+from compressor.cli import main
 
 SUBCLASSES_OF_WORK = ("compressor-", ".out.")
 

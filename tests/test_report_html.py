@@ -12,7 +12,7 @@ import json
 import pytest
 from support.html_checks import check_report_html, parse_page
 
-from compressor.cli.main import main
+from compressor.cli import main
 from compressor.report.html.report_page import render_html
 from unit.test_report import REPORT
 

@@ -32,7 +32,7 @@ def small_data(tmp_path_factory):
 
 def _start(args, tmp_path, **popen):
     env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "compressor.cli.main", *args, "--no-latency", "-q"],
+    return subprocess.Popen([sys.executable, "-m", "compressor.cli", *args, "--no-latency", "-q"],
                             cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True, **popen)
 
 

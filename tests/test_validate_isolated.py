@@ -92,7 +92,7 @@ def test_errors_in_the_child_come_back_typed(two_output_onnx, tmp_path):
 @pytest.mark.slow
 def test_a_crashing_format_exits_5_and_keeps_the_other(untrained_keras_file, tmp_path, monkeypatch,
                                                        capsys):
-    from compressor.cli.main import main
+    from compressor.cli import main
 
     monkeypatch.setenv(CRASH_HOOK, "model.onnx")
     out = tmp_path / "out"

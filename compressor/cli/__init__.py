@@ -5,6 +5,6 @@ from __future__ import annotations
 
 def main(argv: list[str] | None = None) -> int:
     """The `compress` entry point (setup.cfg console_scripts: compressor.cli:main)."""
-    from compressor.cli.main import main as run
+    from compressor.cli.command import main as run
 
     return run(argv)

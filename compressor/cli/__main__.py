@@ -1,6 +1,6 @@
 """`python -m compressor.cli ...` runs the `compress` command."""
 import sys
 
-from compressor.cli.main import main
+from compressor.cli import main
 
 sys.exit(main())

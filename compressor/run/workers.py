@@ -35,7 +35,7 @@ def launch(workers: int, argv: list[str], framework: str = "torch") -> int:
             return _launch_tf_workers(workers, argv, env)
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                   "--nproc-per-node", str(workers), "-m", "compressor.cli.main", *argv]
+                   "--nproc-per-node", str(workers), "-m", "compressor.cli", *argv]
         return subprocess.run(command, env=env, check=False).returncode
     finally:
         _remove_all_but_cited_logs(Path(scratch))
@@ -75,7 +75,7 @@ def free_ports(count: int) -> list[int]:
 def _launch_tf_workers(workers: int, argv: list[str], env: dict[str, str]) -> int:
     """Start the workers, wait for all; when one fails the others are stopped (they would
     wait for it in the next collective). Rank 0's exit code unless another rank failed first."""
-    command = [sys.executable, "-m", "compressor.cli.main", *argv]
+    command = [sys.executable, "-m", "compressor.cli", *argv]
     procs = [subprocess.Popen(command, env={**env, "TF_CONFIG": config})
              for config in local_tf_configs(workers)]
     try:

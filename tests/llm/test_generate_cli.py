@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
-from compressor.cli.main import main
+from compressor.cli import main
 from support.genai_builds import genai_build
 
 pytestmark = pytest.mark.slow

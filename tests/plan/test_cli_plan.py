@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from compressor.cli.main import main
+from compressor.cli import main
 from compressor.errors import DeviceBudgetError
 from compressor.decoders.catalogue import lookup
 from compressor.plan import plan, plan_gate

@@ -79,7 +79,7 @@ def test_without_config_json_the_shapes_come_from_tensor_names(tmp_path, name):
 SPARSE_PLAN = plan_models.PEAK_RSS + """
 import json, resource, sys, time
 start = time.perf_counter()
-from compressor.cli.main import main
+from compressor.cli import main
 rc = main(["plan", sys.argv[1], "--json"])
 usage = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"rc": rc, "wall_s": time.perf_counter() - start,

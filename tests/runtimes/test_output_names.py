@@ -11,7 +11,7 @@ import onnx
 import pytest
 
 import compressor as cz
-from compressor.cli.main import main
+from compressor.cli import main
 from compressor.runtimes import inspect_artifact, open_runtime
 from compressor.config.steps import ValidateConfig
 from compressor.tasks.array.evaluate import evaluate_artifact

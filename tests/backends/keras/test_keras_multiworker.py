@@ -25,7 +25,7 @@ TRAIN_ROWS = 384   # 12 steps of 32 per epoch: the runs stay short, the accuracy
 SPIED_CLI = textwrap.dedent('''
     import hashlib, sys
     import compressor.run.pipeline as pipeline
-    from compressor.cli.main import main
+    from compressor.cli import main
 
     run_steps = pipeline.run_steps
 
@@ -84,7 +84,7 @@ def _check_one_out(tmp_path: Path, single_accuracy: float) -> None:
 
 def test_workers_2_trains_one_keras_model_and_rank_0_writes_out(digits_run, tmp_path):
     (run,), sockets = run_watching_sockets(
-        [[sys.executable, "-m", "compressor.cli.main", *_compress_args(digits_run), "--workers", "2"]],
+        [[sys.executable, "-m", "compressor.cli", *_compress_args(digits_run), "--workers", "2"]],
         [_env(tmp_path)], tmp_path, timeout=400)
     assert run.returncode == 0, run.output[-3000:]
     assert run.output.count("data-parallel fine-tuning on 2 workers (tf.distribute") == 2

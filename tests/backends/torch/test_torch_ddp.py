@@ -85,7 +85,7 @@ def test_cli_workers_2_prunes_and_quantizes_with_one_out(tmp_path):
     env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     (run,), sockets = run_watching_sockets(
-        [[sys.executable, "-m", "compressor.cli.main", TORCH_BUILDER, "--weights", str(weights),
+        [[sys.executable, "-m", "compressor.cli", TORCH_BUILDER, "--weights", str(weights),
           "--recipe", "int8_prune30", "--out", str(tmp_path / "out"), "--no-latency",
           "--workers", "2"]], [env], tmp_path, timeout=400)
     assert run.returncode == 0, run.output[-3000:]
