@@ -15,11 +15,6 @@ from compressor.errors import DataError
 
 
 
-def is_lm_outputs(outputs: object) -> bool:
-    """Whether `outputs` are a language model's teacher-forced outputs (this module's keys)."""
-    return isinstance(outputs, Mapping) and TOKEN_LOGPROB in outputs
-
-
 def perplexity(outputs: Mapping[str, np.ndarray]) -> float:
     """exp of the mean negative log-likelihood of the held-out tokens."""
     if not isinstance(outputs, Mapping) or TOKEN_LOGPROB not in outputs:
