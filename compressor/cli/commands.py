@@ -204,12 +204,17 @@ def _output_key(text: str) -> str | int:
 
 
 def _require_file(path: Path) -> None:
-    if path.is_dir() and (path / "genai_config.json").is_file():
-        return   # a language model's onnxruntime-genai folder (model-onnx/)
-    if not path.is_file():
-        raise CompressorError(f"{path} does not exist; give the path of a .tflite or .onnx file "
-                              "(or a model-onnx/ folder)")
-    if path.suffix == ".onnx":
-        from compressor.runtimes.onnx_external import check_external_data
+    """`path` is an artifact of a registered format (compressor/formats): its file, or its
+    folder (a language model's model-onnx/); the format's quick check runs on a file."""
+    from compressor.formats import artifact_format, artifact_suffixes, registered_formats, resolve
 
-        check_external_data(path)
+    fmt = artifact_format(path)
+    if fmt is not None and fmt.is_folder_artifact(path):
+        return
+    if not path.is_file():
+        folders = [f.folder_hint for f in registered_formats() if f.folder_hint]
+        raise CompressorError(f"{path} does not exist; give the path of a "
+                              f"{' or '.join(artifact_suffixes())} file"
+                              + (f" (or {' or '.join(folders)})" if folders else ""))
+    if fmt is not None and fmt.check:
+        resolve(fmt.check)(path)

@@ -8,18 +8,34 @@ from __future__ import annotations
 import hashlib
 import reprlib
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
 from compressor.errors import RecipeError, did_you_mean
+from compressor.formats import default_formats, format_names
 from compressor.config.order import recipe_order_error
 from compressor.config.steps import STEP_CONFIGS, ValidateConfig, pass_names, step_kind
 
 # Union over a tuple of config classes; PEP 604 `|` cannot spell that.
 Step = Annotated[Union[STEP_CONFIGS], Field(discriminator="kind")]  # type: ignore[valid-type]  # noqa: UP007
-ExportFormat = Literal["tflite", "onnx"]
+
+
+def _registered_format(value: Any) -> Any:
+    """A name in the format registry (compressor/formats), refused as pydantic refuses a
+    Literal, so the message reads the same: "Input should be 'tflite' or 'onnx'"."""
+    names = format_names()
+    if value not in names:
+        quoted = [repr(name) for name in names]
+        expected = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+        raise PydanticCustomError("literal_error", "Input should be {expected}",
+                                  {"expected": expected})
+    return value
+
+
+ExportFormat = Annotated[str, BeforeValidator(_registered_format)]
 
 # Limits that keep a hostile or broken recipe from costing more than a clear error.
 MAX_RECIPE_BYTES = 64 * 1024
@@ -40,7 +56,7 @@ class Recipe(BaseModel):
     name: str = Field(min_length=1, max_length=100)
     description: str = Field("", max_length=2000)
     steps: tuple[Step, ...] = Field((), max_length=MAX_STEPS)
-    export: tuple[ExportFormat, ...] = Field(("tflite", "onnx"), min_length=1)
+    export: tuple[ExportFormat, ...] = Field(default_factory=default_formats, min_length=1)
     validation: ValidateConfig = Field(default_factory=ValidateConfig, alias="validate")
     target: str | None = None
 

@@ -8,14 +8,12 @@ import struct
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from compressor.decoders.families import gguf_family, registered_families
 from compressor.errors import ModelLoadError
 
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q",
             11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
-# general.architecture -> config.json model_type (llama.cpp writes Mistral as "llama")
-_ARCHES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3",
-           "gemma2": "gemma2", "gemma3": "gemma3_text", "phi3": "phi3"}
 _KEYS = {"block_count": "num_hidden_layers", "embedding_length": "hidden_size",
          "feed_forward_length": "intermediate_size", "attention.head_count": "num_attention_heads",
          "attention.head_count_kv": "num_key_value_heads", "attention.key_length": "head_dim",
@@ -94,10 +92,13 @@ def gguf_config(path: Path) -> tuple[dict, int]:
     """config.json keys for the model in a .gguf file, and its parameter count from the header."""
     meta, shapes = read_gguf(path)
     arch = str(meta.get("general.architecture", ""))
-    if arch not in _ARCHES:
+    # general.architecture -> the family (llama.cpp writes Mistral as "llama")
+    family = gguf_family(arch)
+    if family is None:
+        known = sorted(f.gguf_architecture for f in registered_families())
         raise ModelLoadError(f"{path}: GGUF architecture {arch!r} is not one compress plan knows "
-                             f"({', '.join(sorted(_ARCHES))})")
-    config: dict[str, Any] = {"model_type": _ARCHES[arch]}
+                             f"({', '.join(known)})")
+    config: dict[str, Any] = {"model_type": family.name}
     for key, hf_key in _KEYS.items():
         if f"{arch}.{key}" in meta:
             config[hf_key] = int(meta[f"{arch}.{key}"])
@@ -106,7 +107,7 @@ def gguf_config(path: Path) -> tuple[dict, int]:
         embedding = shapes.get("token_embd.weight")
         config["vocab_size"] = int(tokens) if tokens else (embedding[0] if embedding else 0)
     config["tie_word_embeddings"] = "output.weight" not in shapes
-    config["attention_bias"] = "blk.0.attn_q.bias" in shapes and arch != "qwen2"
+    config["attention_bias"] = "blk.0.attn_q.bias" in shapes and not family.qkv_bias
     rope_dims = meta.get(f"{arch}.rope.dimension_count")
     heads, hidden = config.get("num_attention_heads"), config.get("hidden_size")
     head_dim = config.get("head_dim") or (hidden // heads if heads and hidden else 0)

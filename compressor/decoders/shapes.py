@@ -11,21 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from compressor.decoders.families import Family, family_names, find_family
 from compressor.errors import ModelLoadError
 
-# Families whose transformers classes this module mirrors, and what their config classes
-# assume when config.json leaves a key out (transformers 5.x defaults).
-_FAMILIES = {
-    #              tie    head_dim  qkv_bias  q/k norm  norms/layer  sliding by default
-    "llama":      (False, None,     False,    False,    2,           None),
-    "mistral":    (False, None,     False,    False,    2,           4096),
-    "qwen2":      (False, None,     True,     False,    2,           None),
-    "qwen3":      (False, 128,      False,    True,     2,           None),
-    "gemma2":     (True,  256,      False,    False,    4,           4096),
-    "gemma3_text": (True, 256,      False,    True,     4,           4096),
-    "phi3":       (False, None,     False,    False,    2,           None),
-}
 KINDS = ("embedding", "lm_head", "attention", "mlp", "norm", "bias")
+# a layer's norms, the first `norms_per_layer` of them
+LAYER_NORMS = ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+               "post_feedforward_layernorm")
 
 
 @dataclass(frozen=True)
@@ -83,34 +75,27 @@ def _int(cfg: dict, key: str, where: str, default: Any = None) -> int:
     return value
 
 
-def _windows(cfg: dict, family: str, layers: int, default_window: int | None) -> tuple[int | None, ...]:
-    window = cfg.get("sliding_window", default_window)
-    if family in ("qwen2", "qwen3") and not cfg.get("use_sliding_window", False):
+def _windows(cfg: dict, family: Family, layers: int) -> tuple[int | None, ...]:
+    window = cfg.get("sliding_window", family.sliding_window)
+    if family.sliding.opt_in and not cfg.get("use_sliding_window", False):
         window = None
     if not window:
         return (None,) * layers
-    types = cfg.get("layer_types")
-    if family == "gemma3_text" and not types:
-        pattern = int(cfg.get("sliding_window_pattern", 6))
-        types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
-    elif family == "gemma2" and not types:
-        types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)]
-    elif family in ("qwen2", "qwen3") and not types:
-        first = int(cfg.get("max_window_layers", 28))
-        types = ["sliding_attention" if i >= first else "full_attention" for i in range(layers)]
-    if not types or family in ("mistral", "phi3"):   # these apply the window to every layer
+    types = None if family.sliding.every_layer else \
+        cfg.get("layer_types") or family.sliding.layer_types(cfg, layers)
+    if not types:
         return (int(window),) * layers
     return tuple(int(window) if t == "sliding_attention" else None for t in types[:layers])
 
 
-def _rope(cfg: dict, family: str, head_dim: int, max_pos: int) -> tuple[tuple[int, ...], int]:
+def _rope(cfg: dict, family: Family, head_dim: int, max_pos: int) -> tuple[tuple[int, ...], int]:
     rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
     factor = cfg.get("partial_rotary_factor", rope.get("partial_rotary_factor", 1.0))
     rotary_dim = int(head_dim * float(factor))
     original = cfg.get("original_max_position_embeddings", max_pos)
-    if family == "phi3" and original != max_pos:     # LongRoPE: a long and a short cache
+    if family.rope_caches == "long_short" and original != max_pos:   # LongRoPE: long and short
         return (max_pos, int(original)), rotary_dim
-    if family == "gemma3_text":                      # global and local (sliding) caches
+    if family.rope_caches == "global_local":         # global and local (sliding) caches
         return (max_pos, max_pos), rotary_dim
     return (max_pos,), rotary_dim
 
@@ -119,7 +104,7 @@ def is_language_model(config: dict) -> bool:
     """Whether a config.json describes a causal LM of a family this module knows."""
     cfg = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     family = str(cfg.get("model_type", config.get("model_type", "")))
-    return family in _FAMILIES or f"{family}_text" in _FAMILIES
+    return find_family(family) is not None or find_family(f"{family}_text") is not None
 
 
 def from_hf_config(config: dict, name: str = "", source: str = "") -> ModelShape:
@@ -133,38 +118,37 @@ def from_hf_config(config: dict, name: str = "", source: str = "") -> ModelShape
         if "tie_word_embeddings" in cfg and "tie_word_embeddings" not in text:
             text["tie_word_embeddings"] = cfg["tie_word_embeddings"]
         cfg = text
-    family = str(cfg.get("model_type", ""))
-    if family == "gemma3":
-        family = "gemma3_text"
-    if family not in _FAMILIES:
-        raise ModelLoadError(f"{where}: model_type {family!r} is not a language-model family "
-                             f"compress plan knows ({', '.join(sorted(_FAMILIES))}); "
+    model_type = str(cfg.get("model_type", ""))
+    family = find_family(model_type)
+    if family is None:
+        raise ModelLoadError(f"{where}: model_type {model_type!r} is not a language-model family "
+                             f"compress plan knows ({', '.join(sorted(family_names()))}); "
                              "give one of those or a built-in name (compress plan --list)")
-    tie, head_default, qkv_bias, qk_norm, norms, window = _FAMILIES[family]
     hidden = _int(cfg, "hidden_size", where)
     heads = _int(cfg, "num_attention_heads", where)
     layers = _int(cfg, "num_hidden_layers", where)
-    head_dim = cfg.get("head_dim") or head_default or hidden // heads
+    head_dim = cfg.get("head_dim") or family.head_dim or hidden // heads
     max_pos = _int(cfg, "max_position_embeddings", where, 2048)
     rope_rows, rotary_dim = _rope(cfg, family, int(head_dim), max_pos)
     attention_bias = bool(cfg.get("attention_bias", False))
     biases = set()
-    if qkv_bias or attention_bias:
+    if family.qkv_bias or attention_bias:
         biases |= {"q", "k", "v"}
-    if attention_bias and family != "qwen2":
+    if attention_bias and family.attention_bias_on_o:
         biases.add("o")
-    if cfg.get("mlp_bias", False) and family == "llama":
+    if cfg.get("mlp_bias", False) and family.mlp_bias:
         biases |= {"gate", "up", "down"}
     return ModelShape(
-        name=name or str(cfg.get("_name_or_path", "")) or family, family=family,
+        name=name or str(cfg.get("_name_or_path", "")) or family.name, family=family.name,
         vocab_size=_int(cfg, "vocab_size", where), hidden_size=hidden,
         intermediate_size=_int(cfg, "intermediate_size", where), num_layers=layers,
         num_heads=heads, num_kv_heads=_int(cfg, "num_key_value_heads", where, heads),
         head_dim=_int({"head_dim": head_dim}, "head_dim", where),
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", tie)),
-        layer_windows=_windows(cfg, family, layers, window), max_position_embeddings=max_pos,
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", family.tie_word_embeddings)),
+        layer_windows=_windows(cfg, family, layers), max_position_embeddings=max_pos,
         rope_cache_rows=rope_rows, rotary_dim=rotary_dim, biases=frozenset(biases),
-        qk_norm=qk_norm, norms_per_layer=norms, fused_projections=family == "phi3", source=source)
+        qk_norm=family.qk_norm, norms_per_layer=family.norms_per_layer,
+        fused_projections=family.fused_projections, source=source)
 
 
 def _layer_tensors(s: ModelShape, i: int) -> list[TensorSpec]:
@@ -190,8 +174,7 @@ def _layer_tensors(s: ModelShape, i: int) -> list[TensorSpec]:
         if proj in s.biases:
             module = "self_attn" if proj in "qkvo" else "mlp"
             out.append(TensorSpec(f"{p}{module}.{proj}_proj.bias", "bias", (widths[proj],), i))
-    names = ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
-             "post_feedforward_layernorm")[:s.norms_per_layer]
+    names = LAYER_NORMS[:s.norms_per_layer]
     out += [TensorSpec(p + n + ".weight", "norm", (h,), i) for n in names]
     if s.qk_norm:
         out += [TensorSpec(p + "self_attn.q_norm.weight", "norm", (s.head_dim,), i),

@@ -15,11 +15,12 @@ import yaml
 
 from compressor.errors import CompressorError
 from compressor.errors import did_you_mean
+# artifact format -> the runtime that runs it, read from the format registry at each use
+from compressor.formats import FORMAT_RUNTIMES
 
 if TYPE_CHECKING:
     from compressor.runtimes import ArtifactInfo
 
-FORMAT_RUNTIMES = {"tflite": "litert", "onnx": "onnxruntime"}   # artifact format -> runtime that runs it
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
 _KEYS = {"name", "description", "memory_bytes", "model_share", "arch", "runtimes", "llm_share",
@@ -59,7 +60,7 @@ class DeviceProfile:
         return int(self.memory_bytes * (self.llm_share or self.model_share))
 
     def runs(self, fmt: str) -> bool:
-        """Whether the device has a runtime for artifacts of this format ("tflite" / "onnx")."""
+        """Whether the device has a runtime for artifacts of this format (a registered name)."""
         return FORMAT_RUNTIMES.get(fmt) in self.runtimes
 
     def fits(self, est_peak_memory_bytes: int) -> bool:

@@ -12,4 +12,7 @@ backends/keras and backends/torch. Nothing here imports a backend.
 """
 from __future__ import annotations
 
-FORMATS = ("tflite", "onnx")
+from compressor.formats import FORMAT_NAMES
+
+# The registered format names (compressor/formats), read at each use.
+FORMATS = FORMAT_NAMES

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compressor.errors import BackendUnavailableError
+from compressor.formats import format_named, format_of, resolve
 
 if TYPE_CHECKING:
     from compressor.core.context import Context, ModelState
@@ -37,16 +38,24 @@ def require_int8_kernels(path: Path, mode: str, allowed_float: int = 0) -> None:
     remedy = ("try quantize mode: ptq, or a float16 precision step" if mode == "qat"
               else "use a float16 precision step for this model instead")
     raise BackendUnavailableError(
-        f"the int8 {path.suffix[1:]} artifact kept {len(floats)} conv/dense op(s) in float: "
+        f"the int8 {format_of(path)} artifact kept {len(floats)} conv/dense op(s) in float: "
         f"{', '.join(floats[:5])}; these layers could not be quantized: {remedy}")
 
 
 def float_kernels(path: Path) -> list[str]:
-    if path.suffix == ".tflite":
-        from compressor.export.tflite import float_kernel_ops
-
-        return float_kernel_ops(path.read_bytes())
+    """Kernel ops of `path` that compute in float: its format's own reader (compressor/formats
+    `float_kernels`), else the kernel weights its inspector reads as float."""
+    fmt = format_named(format_of(path))
+    if fmt.float_kernels:
+        return list(resolve(fmt.float_kernels)(path))
     from compressor.runtimes import inspect_artifact
 
     return [w.name for w in inspect_artifact(path).weights
             if w.is_kernel and w.dtype.startswith("float")]
+
+
+def tflite_float_kernels(path: Path) -> list[str]:
+    """A .tflite's conv / dense ops without int8 inputs (weights and activations)."""
+    from compressor.export.tflite import float_kernel_ops
+
+    return float_kernel_ops(Path(path).read_bytes())

@@ -20,7 +20,7 @@ from compressor.core.memory import start_sampling
 from compressor.core.record import RunRecord
 from compressor.core.workspace import check_output_path
 from compressor.errors import RecipeError
-from compressor.export import FORMATS
+from compressor.formats import FORMAT_NAMES, format_names
 from compressor.tasks import OpenRequest, Task, task_named
 from compressor.tasks.base import describe_ref
 
@@ -77,9 +77,10 @@ def open_session(model: Any, recipe: str | Path | Recipe, data: Any = "digits", 
         check_output_folder(out, force)
     requested = tuple(formats or ())
     formats = requested or tuple(recipe.export)
-    unknown = [f for f in formats if f not in FORMATS]
+    unknown = [f for f in formats if f not in FORMAT_NAMES]
     if unknown:
-        raise RecipeError(f"unknown export format {', '.join(unknown)}; use tflite and/or onnx")
+        raise RecipeError(f"unknown export format {', '.join(unknown)}; use "
+                          f"{' and/or '.join(format_names())}")
     if recipe.needs_teacher and teacher is None:
         raise RecipeError(f"recipe {recipe.name!r} has a distill step and needs a teacher model; "
                           "pass --teacher MODEL (or teacher=... in Python)")
@@ -120,7 +121,7 @@ def _formats_written_by(backend: Backend, formats: tuple[str, ...],
                         explicit: bool) -> tuple[tuple[str, ...], str | None]:
     """The formats `backend` can write: asked-for ones it cannot are an error, a recipe's
     default list loses them with a note (an ONNX model gives no TFLite file)."""
-    writable = getattr(backend, "export_formats", FORMATS)
+    writable = getattr(backend, "export_formats", FORMAT_NAMES)
     dropped = [fmt for fmt in formats if fmt not in writable]
     if not dropped:
         return formats, None

@@ -9,6 +9,8 @@ from typing import Protocol
 
 import numpy as np
 
+from compressor.formats import format_of  # noqa: F401  (the name runtimes have always offered)
+
 # input name -> the shape of one sample (no batch dim), read from the data: fixes the free
 # dims (sequence length) that shape inference, and so MAC counts, depend on
 SampleShapes = Mapping[str, tuple[int, ...]]
@@ -42,7 +44,7 @@ class WeightTensor:
 class ArtifactInfo:
     """What `compress inspect` shows and report.json records for one artifact."""
 
-    format: str                          # "tflite" | "onnx"
+    format: str                          # a registered format name (compressor/formats)
     path: Path
     size_bytes: int
     gzip_bytes: int
@@ -72,12 +74,3 @@ class Runtime(Protocol):
 
     def latency_ms(self, x_one: np.ndarray, warmup: int = 10, runs: int = 50) -> dict[str, float]:
         """{"p50": ms, "p90": ms} over batch-1 runs after warm-up."""
-
-
-def format_of(path: Path) -> str:
-    from compressor.errors import ModelLoadError
-
-    suffix = Path(path).suffix
-    if suffix in (".tflite", ".onnx"):
-        return suffix[1:]
-    raise ModelLoadError(f"{path}: not an artifact compressor can run; expected .tflite or .onnx")

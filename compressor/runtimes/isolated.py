@@ -23,7 +23,7 @@ import numpy as np
 
 import compressor.errors as errors
 from compressor.errors import BackendUnavailableError, CompressorError
-from compressor.runtimes.base import format_of
+from compressor.formats import format_named, format_of
 from compressor.runtimes.common import default_threads
 from compressor.runtimes.onnx import ORT_LEVELS
 
@@ -65,7 +65,7 @@ def run_isolated(path: Path, x, workdir: Path, threads: int | None = None,
     path, threads = Path(path), default_threads(threads)
     inputs, outputs = Path(workdir) / "isolated-inputs.npz", Path(workdir) / f"isolated-{path.name}.npz"
     _save(inputs, x)
-    levels = ORT_LEVELS if format_of(path) == "onnx" else ("",)
+    levels = ORT_LEVELS if "optimization" in format_named(format_of(path)).options else ("",)
     crashed: list[tuple[str, str]] = []   # (level, "SIGSEGV while creating its session")
     try:
         for level in levels:
@@ -127,13 +127,13 @@ def _runtime_label(path: Path) -> str:
     """"onnxruntime 1.32.0" / "ai-edge-litert 2.3.0", read from the installed packages."""
     from importlib import metadata   # here: the child need not pay for importing it
 
-    packages = ("onnxruntime",) if format_of(path) == "onnx" else ("ai-edge-litert", "tflite-runtime")
-    for package in packages:
+    fmt = format_named(format_of(path))
+    for package in fmt.packages:
         try:
             return f"{package} {metadata.version(package)}"
         except metadata.PackageNotFoundError:
             continue
-    return packages[0]
+    return fmt.packages[0] if fmt.packages else fmt.runtime
 
 
 def _crash_text(done: subprocess.CompletedProcess) -> str:

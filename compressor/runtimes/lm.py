@@ -1,7 +1,8 @@
 """Language-model artifacts in their runtimes: `open_lm_runtime(path)` for an onnxruntime-genai
 folder (runtimes/genai.py) or an LM .tflite with prefill / decode signatures
-(runtimes/litert_lm.py). Every LM runtime has the LmRuntime interface below, so validation,
-the report and `compress generate` never ask which format they hold.
+(runtimes/litert_lm.py), as each format's registry entry names them (compressor/formats).
+Every LM runtime has the LmRuntime interface below, so validation, the report and
+`compress generate` never ask which format they hold.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Protocol
 import numpy as np
 
 from compressor.errors import ModelLoadError
+from compressor.formats import Format, registered_formats, resolve
 
 
 class LmRuntime(Protocol):
@@ -35,20 +37,25 @@ class LmRuntime(Protocol):
 
 
 def open_lm_runtime(path: Path, threads: int | None = None) -> LmRuntime:
-    """The LM runtime of `path`; ModelLoadError for anything that is not an LM artifact."""
+    """The LM runtime of `path`; ModelLoadError for anything that is not an LM artifact.
+    Which runtime that is, is the format's registry entry (compressor/formats): a format with
+    a folder artifact opens that folder, any other its file."""
     path = Path(path)
     if not path.exists():
         raise ModelLoadError(f"{path}: no such file or folder")
-    from compressor.runtimes.genai import is_genai_folder
+    fmt = lm_format(path)
+    if fmt is not None:
+        return resolve(fmt.open_lm)(path, threads=threads)
+    # folder artifacts first: that is the order they are looked for in
+    hints = [f.lm_hint for f in sorted(registered_formats(), key=lambda f: not f.folder)
+             if f.open_lm]
+    raise ModelLoadError(f"{path}: not a language-model artifact; expected {' or '.join(hints)}")
 
-    if is_genai_folder(path):
-        from compressor.runtimes.genai import GenaiLm
 
-        return GenaiLm(path, threads=threads)
-    if path.is_file() and path.suffix == ".tflite":   # the LiteRT route (runtimes/litert_lm.py)
-        from compressor.runtimes.litert_lm import LiteRtLm
-
-        return LiteRtLm(path, threads=threads)
-    raise ModelLoadError(f"{path}: not a language-model artifact; expected the model-onnx folder "
-                         "(genai_config.json, model.onnx, tokenizer files) or an LM .tflite "
-                         "with prefill and decode signatures")
+def lm_format(path: Path) -> Format | None:
+    """The format whose language-model artifact `path` is, if any."""
+    lm = [f for f in registered_formats() if f.open_lm]
+    folder = next((f for f in lm if f.is_folder_artifact(path)), None)
+    if folder is not None or not path.is_file():
+        return folder
+    return next((f for f in lm if not f.folder and path.suffix == f.suffix), None)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from compressor.errors import RecipeError
+from compressor.formats import format_names
 
 if TYPE_CHECKING:
     from compressor.schemes.base import Scheme
@@ -85,10 +86,11 @@ def find_export(scheme: Scheme, kind: str, fmt: str) -> ExportHandler:
 
 
 def formats_of(kind: str) -> tuple[str, ...]:
-    """The formats any scheme of model `kind` is written to, in the house order."""
+    """The formats any scheme of model `kind` is written to, in the house order (the format
+    registry's, compressor/formats)."""
     written = {fmt for (_, k, fmt) in _EXPORT if k == kind}
-    return tuple(fmt for fmt in ("tflite", "onnx") if fmt in written) + \
-        tuple(sorted(written - {"tflite", "onnx"}))
+    house = format_names()
+    return tuple(fmt for fmt in house if fmt in written) + tuple(sorted(written - set(house)))
 
 
 def apply_scheme(backend: Any, state: ModelState, scheme: Scheme, ctx: Context) -> ModelState:

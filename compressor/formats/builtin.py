@@ -1,0 +1,25 @@
+"""The built-in artifact formats, in the house order: TFLite (LiteRT), then ONNX (onnxruntime;
+a language model's ONNX artifact is an onnxruntime-genai folder)."""
+from __future__ import annotations
+
+from compressor.formats.registry import Format, register_format
+
+register_format(Format(
+    name="tflite", runtime="litert", packages=("ai-edge-litert", "tflite-runtime"),
+    default_export=True,
+    open="compressor.runtimes.tflite:TFLiteRuntime",
+    inspect="compressor.runtimes:inspect_tflite_file",   # LiteRT shows INT4 as int8
+    open_lm="compressor.runtimes.litert_lm:LiteRtLm",    # prefill / decode signatures
+    lm_hint="an LM .tflite with prefill and decode signatures",
+    # int8 also means int8 activations: read from the ops, not only the weights
+    float_kernels="compressor.export.int8:tflite_float_kernels"))
+
+register_format(Format(
+    name="onnx", runtime="onnxruntime", packages=("onnxruntime",), default_export=True,
+    open="compressor.runtimes.onnx:OnnxRuntime", options=("optimization",),
+    inspect="compressor.runtimes.onnx:inspect_onnx",
+    check="compressor.runtimes.onnx_external:check_external_data",
+    folder="genai_config.json", folder_hint="a model-onnx/ folder",
+    inspect_folder="compressor.runtimes.genai_inspect:inspect_genai",
+    open_lm="compressor.runtimes.genai:GenaiLm",
+    lm_hint="the model-onnx folder (genai_config.json, model.onnx, tokenizer files)"))
