@@ -1,14 +1,22 @@
 """Every recipe step's typed config, and the `validate` section's.
 
-The bottom of the package: it imports only pydantic and `errors`, so passes, backends,
-recipes and reports can all name these types without import cycles. A config is immutable
-and rejects unknown keys; run state (masks, wrapped models) lives in `context.ModelState`.
+The bottom of the package: it imports only pydantic, `errors` and the schemes (a quantize
+step is its scheme's own typed model, built from the scheme's recipe keys), so passes,
+backends, recipes and reports can all name these types without import cycles. A config is
+immutable and rejects unknown keys; run state (masks, wrapped models) lives in
+`context.ModelState`.
 """
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, SerializationInfo, ValidationError,
+                      ValidatorFunctionWrapHandler, create_model, field_validator,
+                      model_serializer, model_validator)
+
+from compressor.config.scheme_steps import dump_own_type, explained, scheme_fields
+from compressor.errors import RecipeError
+from compressor.schemes.base import Scheme, registered_schemes, scheme_class, scheme_of_step
 
 
 class StepConfig(BaseModel):
@@ -93,14 +101,12 @@ class PruneConfig(TrainingConfig):
         return self
 
 
-# The quantize modes are the registered schemes (compressor/schemes): qat, ptq, dynamic
-# (int8 weights, activations quantized at run time) and weight_only (int8 weights, float
-# compute) are built in; a new scheme adds its own mode by registration. recipe.py checks the
-# name against the registry (steps.py imports nothing of ours but errors).
-BUILTIN_QUANTIZE_MODES = ("qat", "ptq", "dynamic", "weight_only")
+class QuantizeConfig(StepConfig):
+    """A quantize step: `mode` and `dtype` name its scheme (compressor/schemes), and the
+    scheme's recipe keys are the step's other keys. A recipe's step and `QuantizeConfig(...)`
+    both build the scheme's own step model (`quantize_step_model`, a subclass of this one), so
+    a key of another scheme is an error naming it."""
 
-
-class QuantizeConfig(TrainingConfig):
     kind: Literal["quantize"] = Field("quantize", alias="pass")
     mode: str = Field(
         "qat", min_length=1, max_length=64,
@@ -108,43 +114,72 @@ class QuantizeConfig(TrainingConfig):
         "(or a registered scheme's mode)")
     dtype: str = Field("int8", min_length=1, max_length=16,
                        description="the weights' integer type, e.g. int8")
-    preserve_sparsity: bool = Field(True, description="keep pruned weights at zero during QAT")
-    calibration_samples: int = Field(256, ge=1, description="training samples used to calibrate ptq")
-    io_dtype: Literal["float32", "int8"] = Field(
-        "float32", description="artifact input/output type; float32 is what most apps feed")
-    fallback: Literal["none", "auto"] = Field(
-        "none", description="auto: keep the most sensitive layers float until the gate passes")
-    fallback_dtype: Literal["float16", "float32"] = "float16"
-    max_float_layers: int = Field(3, ge=1, description="most layers the fallback may keep float")
-    freeze_bn_after: int | None = Field(
-        1, ge=0, description="qat: BatchNorm statistics frozen after this many epochs (0: from "
-        "the start; unset: never), so fine-tuning sees the statistics inference uses")
-    # language models (weight-only int4 / int8): how the integers are chosen
-    group_size: int = Field(
-        32, ge=16, le=1024, description="weight_only int4: input channels sharing one scale and "
-        "zero point, a power of two (32: the quality default; 128: smaller, less accurate)")
-    algorithm: Literal["gptq", "rtn"] = Field(
-        "gptq", description="weight_only int4 / LLM int8: gptq (calibrated: each column's rounding "
-        "error is compensated in the columns not yet quantized) or rtn (round to nearest)")
-    calibration_windows: int | None = Field(
-        None, ge=1, le=4096, description="language models: calibration windows of validate.window "
-        "tokens each (default 32)")
-    symmetric: bool = Field(
-        True, description="weight_only int4: a symmetric grid (zero point 8, bfloat16-exact "
-        "scales, no zero points stored) that ONNX and LiteRT both store exactly; false: a 4-bit "
-        "zero point per group (ONNX; LiteRT computes only symmetric int4 and rounds it again)")
 
-    @field_validator("group_size")
+    def __new__(cls, *args: Any, **data: Any) -> QuantizeConfig:
+        if cls is QuantizeConfig:
+            cls = _step_model_for(data) or cls
+        return super().__new__(cls)
+
+    @model_validator(mode="wrap")
     @classmethod
-    def _power_of_two(cls, value: int) -> int:
-        if value & (value - 1):
-            raise ValueError(f"must be a power of two (16, 32, 64, 128, ...), got {value}: the "
-                             "runtimes' int4 kernels work on power-of-two blocks")
-        return value
+    def _as_scheme_step(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        if cls is not QuantizeConfig or not isinstance(data, dict):
+            return handler(data)
+        model = _step_model_for(data)
+        if model is None:   # an unknown mode / dtype: the recipe names it (recipe._check_scheme)
+            return handler({k: v for k, v in data.items() if k in ("pass", "kind", "mode", "dtype")})
+        return validate_step(model, data)
+
+    @model_serializer(mode="wrap")
+    def _whole(self, handler: Any, info: SerializationInfo) -> Any:
+        return dump_own_type(self, handler, info)
 
     @property
-    def trains(self) -> bool:
-        return self.mode == "qat"   # ptq only calibrates; the other modes need no data
+    def scheme(self) -> Scheme:
+        """The scheme this step builds."""
+        return scheme_of_step(self)
+
+    def __reduce__(self) -> tuple:
+        return _quantize_step, (self.model_dump(),)
+
+
+def _quantize_step(data: dict[str, Any]) -> QuantizeConfig:
+    return QuantizeConfig(**data)
+
+
+def _step_model_for(data: dict[str, Any]) -> type[QuantizeConfig] | None:
+    """The step model of the scheme `data`'s mode and dtype name (None: none registered)."""
+    mode, dtype = data.get("mode", "qat"), data.get("dtype", "int8")
+    if not isinstance(mode, str) or not isinstance(dtype, str):
+        return None
+    try:
+        return quantize_step_model(scheme_class(mode, dtype))
+    except RecipeError:
+        return None
+
+
+_STEP_MODELS: dict[type[Scheme], type[QuantizeConfig]] = {}
+
+
+def quantize_step_model(scheme: type[Scheme]) -> type[QuantizeConfig]:
+    """The typed step model of `scheme`: pass, mode, dtype, the scheme's `key` fields and, for
+    a scheme that trains, the training keys (TrainingConfig)."""
+    if scheme not in _STEP_MODELS:
+        bases = (QuantizeConfig, TrainingConfig) if scheme.trains else (QuantizeConfig,)
+        _STEP_MODELS[scheme] = create_model(f"{scheme.__name__}Step", __base__=bases,
+                                            __module__=__name__, **scheme_fields(scheme))
+    return _STEP_MODELS[scheme]
+
+
+def validate_step(model: type[QuantizeConfig], data: dict[str, Any]) -> QuantizeConfig:
+    """`data` as `model`'s step; its errors name the key and what it means, and a key the
+    scheme lacks names the schemes that have it."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        labels = {quantize_step_model(s): f"{s.dtype} {s.name}" for s in registered_schemes()}
+        errors = [explained(error, model, labels) for error in exc.errors()]
+        raise ValidationError.from_exception_data(exc.title, errors) from None
 
 
 FEATURE_WEIGHT = 0.1   # distill feature_weight default: 1.0 measured worse (README: distill)

@@ -58,7 +58,8 @@ def _report_name(config: QuantizeConfig) -> str:
 @register_pass(QuantizeConfig)
 def quantize(state: ModelState, config: QuantizeConfig, ctx: Context,
              backend: Backend) -> ModelState:
-    if config.fallback == "auto" and config.mode == "qat":
+    fallback = getattr(config, "fallback", "none")   # a key of the int8 schemes only
+    if fallback == "auto" and config.mode == "qat":
         # The search re-quantizes once per candidate layer: with qat, one fine-tuning each.
         raise RecipeError("quantize fallback: auto works with mode: ptq (it re-quantizes the "
                           "model once per candidate layer); set mode: ptq or fallback: none")
@@ -70,7 +71,7 @@ def quantize(state: ModelState, config: QuantizeConfig, ctx: Context,
     def quantized(float_state: ModelState) -> ModelState:
         return apply_scheme(backend, float_state, scheme, ctx).after(config)
 
-    if config.fallback == "none":
+    if fallback == "none":
         return quantized(state)
     from compressor.passes.fallback import search_float_layers
 

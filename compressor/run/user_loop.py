@@ -31,7 +31,6 @@ from compressor.run.pipeline import Result, finish, run_steps
 from compressor.config.recipe import Recipe
 from compressor.run.session import Session, check_output_folder, open_session
 from compressor.config.order import check_user_loop_step
-from compressor.schemes import scheme_of_step
 from compressor.config.steps import QuantizeConfig, StepConfig
 
 # open_session checks an output folder, but a run's folder is only named at finalize (and
@@ -157,7 +156,7 @@ class TrainingRun:
         state = session.backend.end_user_training(self._training, session.ctx)
         if isinstance(step, QuantizeConfig):
             # the user's loop did the apply handler's work (QAT): only the scheme is set
-            state = state.replace(scheme=scheme_of_step(step))
+            state = state.replace(scheme=step.scheme)
         if step is not None:
             state = state.after(step)
         session.record.add_timing("user_loop" if step is None else step.kind,

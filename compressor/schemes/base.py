@@ -1,9 +1,13 @@
 """What a quantization scheme is: a typed, immutable description of how an artifact stores
-its weights (and computes), built from a recipe step, registered by name.
+its weights (and computes), registered by name, whose fields are its recipe keys.
 
-A scheme says nothing about frameworks: the handlers registered for it per model kind and
-format (schemes/handlers.py) do the work. Bit width is data (`weight_bits`), so the
-read-back gate counts the bytes the artifact holds at the scheme's own width.
+A recipe's quantize step parses straight into a scheme: config/steps.py makes one typed step
+model per registered scheme from the scheme's fields (`key(...)`: default, meaning, limits),
+so a key the scheme does not have is an error naming it. A scheme says nothing about
+frameworks: the handlers registered for it per model kind and format (schemes/handlers.py)
+do the work. Bit width is data (`weight_bits`), so the read-back gate counts the bytes the
+artifact holds at the scheme's own width; `storage` says how a language model's weights are
+stored (decoders/storage.py), which the LLM exporters and the planner both read.
 """
 from __future__ import annotations
 
@@ -11,7 +15,15 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from compressor.decoders.storage import WeightStorage
 from compressor.errors import RecipeError, did_you_mean
+
+
+def key(default: Any, description: str, **limits: Any) -> Any:
+    """A scheme field that is a recipe key: its default, what it means (shown with errors),
+    and its limits for the step model: ge / le / gt / lt, or `check` (a function raising
+    ValueError with what is wrong)."""
+    return dataclasses.field(default=default, metadata={"description": description, **limits})
 
 
 @dataclass(frozen=True)
@@ -24,12 +36,24 @@ class Scheme:
     integer: ClassVar[bool] = False     # integer weights: the read-back gate applies
     int8_compute: ClassVar[bool] = False   # every conv / dense op must compute in int8
     report_name: ClassVar[str | None] = None   # report.json quantize.mode, when not `name`
+    trains: ClassVar[bool] = False      # the step fine-tunes: its model has the training keys
+
+    @classmethod
+    def recipe_keys(cls) -> tuple[dataclasses.Field, ...]:
+        """The fields a recipe step sets (those declared with `key`)."""
+        return tuple(f for f in dataclasses.fields(cls) if "description" in f.metadata)
 
     @classmethod
     def from_step(cls, step: Any) -> Scheme:
         """The scheme a recipe step asks for: fields of the same name are copied."""
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{name: getattr(step, name) for name in names if hasattr(step, name)})
+
+    @property
+    def storage(self) -> WeightStorage | None:
+        """How a language model's weights are stored in this scheme (None: one the language
+        model route does not write)."""
+        return None
 
     @property
     def label(self) -> str:
@@ -42,10 +66,10 @@ _SCHEMES: dict[tuple[str, str], type[Scheme]] = {}
 
 def register_scheme(cls: type[Scheme]) -> type[Scheme]:
     """Make `cls` the scheme a quantize step with `mode: cls.name, dtype: cls.dtype` builds."""
-    key = (cls.name, cls.dtype)
-    if key in _SCHEMES and _SCHEMES[key] is not cls:
-        raise RuntimeError(f"scheme {key} registered twice")   # a programming error
-    _SCHEMES[key] = cls
+    registry_key = (cls.name, cls.dtype)
+    if registry_key in _SCHEMES and _SCHEMES[registry_key] is not cls:
+        raise RuntimeError(f"scheme {registry_key} registered twice")   # a programming error
+    _SCHEMES[registry_key] = cls
     return cls
 
 
@@ -60,6 +84,11 @@ def scheme_class(mode: str, dtype: str) -> type[Scheme]:
                           f"{did_you_mean(mode, modes)}; the modes are: {', '.join(modes)}")
     dtypes = sorted({d for _, d in _SCHEMES})
     raise RecipeError(f"quantize dtype {dtype!r} has no scheme; use one of {', '.join(dtypes)}")
+
+
+def registered_schemes() -> list[type[Scheme]]:
+    """Every registered scheme, in registration order."""
+    return list(_SCHEMES.values())
 
 
 def scheme_of_step(step: Any) -> Scheme:

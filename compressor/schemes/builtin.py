@@ -1,13 +1,21 @@
 """The built-in schemes: float32 (no step), float16 (a precision step), int8 in four modes
-and weight-only int4 (a quantize step).
+and weight-only int4 (a quantize step). Each quantize scheme's `key` fields are its recipe
+keys (config/steps.py makes its step model from them).
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
-from compressor.schemes.base import Scheme, register_scheme
+from compressor.decoders.storage import Grid, WeightStorage
+from compressor.schemes.base import Scheme, key, register_scheme
+
+# The LLM route's int8 blocks (MatMulNBits blocks are powers of two; 128 is as good as per
+# channel at 8 bits), fewer where a model's widths need
+INT8_GROUP = 128
+CALIBRATION_WINDOWS = ("language models: calibration windows of validate.window tokens each "
+                       "(default 32)")
 
 
 @dataclass(frozen=True)
@@ -17,6 +25,10 @@ class Float32(Scheme):
     name: ClassVar[str] = "float32"
     dtype: ClassVar[str] = "float32"
     weight_bits: ClassVar[int] = 32
+
+    @property
+    def storage(self) -> WeightStorage:
+        return WeightStorage.every(Grid(32))
 
 
 @dataclass(frozen=True)
@@ -29,10 +41,14 @@ class Float16(Scheme):
     exclude: tuple[str, ...] = ()        # layer-name patterns kept in float32
     keep_io_types: bool = True
 
+    @property
+    def storage(self) -> WeightStorage:
+        return WeightStorage.every(Grid(16))
+
 
 @dataclass(frozen=True)
 class Int8Scheme(Scheme):
-    """What every int8 mode shares; a quantize step's keys of the same name fill it."""
+    """What every int8 mode shares."""
 
     dtype: ClassVar[str] = "int8"
     weight_bits: ClassVar[int] = 8
@@ -40,10 +56,15 @@ class Int8Scheme(Scheme):
     # How the built-in converters and quantizers make it (ptq, qat, dynamic, weight_only): a
     # scheme subclassing a built-in one inherits this with its handlers, whatever its name.
     method: ClassVar[str]
-    calibration_samples: int = 256
-    io_dtype: str = "float32"
-    fallback: str = "none"               # auto: the fallback search may keep layers float
-    fallback_dtype: str = "float16"
+    calibration_samples: int = key(256, "training samples used to calibrate ptq", ge=1)
+    io_dtype: Literal["float32", "int8"] = key(
+        "float32", "artifact input/output type; float32 is what most apps feed")
+    fallback: Literal["none", "auto"] = key(
+        "none", "auto: keep the most sensitive layers float until the gate passes")
+    fallback_dtype: Literal["float16", "float32"] = key(
+        "float16", "the type the layers auto fallback keeps float are stored in")
+    max_float_layers: int = key(3, "most layers the fallback may keep float", ge=1)
+    calibration_windows: int | None = key(None, CALIBRATION_WINDOWS, ge=1, le=4096)
 
 
 @register_scheme
@@ -66,6 +87,11 @@ class Int8Qat(Int8Scheme):
     name: ClassVar[str] = "qat"
     method: ClassVar[str] = "qat"
     int8_compute: ClassVar[bool] = True
+    trains: ClassVar[bool] = True
+    preserve_sparsity: bool = key(True, "keep pruned weights at zero during QAT")
+    freeze_bn_after: int | None = key(
+        1, "qat: BatchNorm statistics frozen after this many epochs (0: from the start; unset: "
+        "never), so fine-tuning sees the statistics inference uses", ge=0)
     training: Any = None
 
     @classmethod
@@ -85,10 +111,24 @@ class Int8Dynamic(Int8Scheme):
 @register_scheme
 @dataclass(frozen=True)
 class Int8WeightOnly(Int8Scheme):
-    """int8 weights per channel, float compute (each weight dequantized at load time)."""
+    """int8 weights per channel, float compute (each weight dequantized at load time); a
+    language model's: a scale and a zero point per group of INT8_GROUP, round to nearest (at
+    8 bits GPTQ buys nothing measurable)."""
 
     name: ClassVar[str] = "weight_only"
     method: ClassVar[str] = "weight_only"
+    algorithm: ClassVar[str] = "rtn"
+
+    @property
+    def storage(self) -> WeightStorage:
+        return WeightStorage.every(Grid(8, INT8_GROUP, symmetric=False, fit_group=True))
+
+
+def _power_of_two(value: int) -> int:
+    if value & (value - 1):
+        raise ValueError(f"must be a power of two (16, 32, 64, 128, ...), got {value}: the "
+                         "runtimes' int4 kernels work on power-of-two blocks")
+    return value
 
 
 @register_scheme
@@ -103,10 +143,22 @@ class Int4WeightOnly(Scheme):
     weight_bits: ClassVar[int] = 4
     integer: ClassVar[bool] = True
     method: ClassVar[str] = "weight_only"
-    group_size: int = 32
-    algorithm: str = "gptq"
-    calibration_windows: int | None = None
-    symmetric: bool = True
+    group_size: int = key(
+        32, "weight_only int4: input channels sharing one scale (and zero point), a power of "
+        "two (32: the quality default; 128: smaller, less accurate)", ge=16, le=1024,
+        check=_power_of_two)
+    algorithm: Literal["gptq", "rtn"] = key(
+        "gptq", "gptq (calibrated: each column's rounding error is compensated in the columns "
+        "not yet quantized) or rtn (round to nearest)")
+    calibration_windows: int | None = key(None, CALIBRATION_WINDOWS, ge=1, le=4096)
+    symmetric: bool = key(
+        True, "a symmetric grid (zero point 8, bfloat16-exact scales, no zero points stored) "
+        "that ONNX and LiteRT both store exactly; false: a 4-bit zero point per group (ONNX; "
+        "LiteRT computes only symmetric int4 and rounds it again)")
+
+    @property
+    def storage(self) -> WeightStorage:
+        return WeightStorage.every(Grid(4, self.group_size, self.symmetric))
 
 
 FLOAT32 = Float32()

@@ -96,3 +96,35 @@ def test_the_weight_share_counts_bytes_at_the_schemes_bit_width():
 
 def test_scheme_is_the_base_of_every_builtin():
     assert all(issubclass(cls, Scheme) for cls in (Int8Qat, Int8Static, Float16))
+
+
+def test_a_quantize_step_parses_into_its_schemes_typed_model():
+    import pickle
+
+    from compressor.config.steps import quantize_step_model
+    from compressor.schemes import Int4WeightOnly
+
+    step = QuantizeConfig(mode="weight_only", dtype="int4", group_size=64, algorithm="rtn")
+    assert type(step) is quantize_step_model(Int4WeightOnly) and isinstance(step, QuantizeConfig)
+    assert step.scheme == Int4WeightOnly(group_size=64, algorithm="rtn")
+    assert pickle.loads(pickle.dumps(step)) == step
+    keys = {cls: set(quantize_step_model(cls).model_fields) for cls in (Int8Static, Int8Qat,
+                                                                         Int4WeightOnly)}
+    assert {"group_size", "symmetric", "epochs", "fallback"} & keys[Int4WeightOnly] == {"group_size",
+                                                                                        "symmetric"}
+    assert "epochs" in keys[Int8Qat] and "epochs" not in keys[Int8Static]
+    assert QuantizeConfig(mode="qat").trains and not QuantizeConfig(mode="ptq").trains
+
+
+def test_a_scheme_declares_how_a_language_model_stores_its_weights():
+    from compressor.decoders.storage import Grid, WeightStorage
+    from compressor.schemes import Float32, Int4WeightOnly
+
+    assert Int4WeightOnly(group_size=64, symmetric=False).storage == \
+        WeightStorage.every(Grid(4, 64, symmetric=False))
+    int8 = Int8WeightOnly().storage.linears
+    assert (int8.bits, int8.group_size, int8.symmetric, int8.fit_group) == (8, 128, False, True)
+    assert int8.group_for([96, 160]) == 32 and int8.group_for([100]) is None
+    assert Int8Static().storage is None and Int8Dynamic().storage is None
+    assert [s.storage.precision for s in (Float32(), Float16(), Int8WeightOnly(),
+                                          Int4WeightOnly())] == ["fp32", "fp16", "int8", "int4"]
