@@ -26,8 +26,12 @@ def run_plan(argv: list[str]) -> int:
     parser.add_argument("--context", type=int, default=4096, help="positions held in the KV "
                                                                   "cache [default: 4096]")
     parser.add_argument("--batch", type=int, default=1, help="sequences at once [default: 1]")
-    parser.add_argument("--recipes", help="comma-separated: fp32, fp16, int8, int4, int4_g128 "
+    parser.add_argument("--recipes", help="comma-separated recipes: built-in names (compress "
+                                          "recipes list), fp32 (no step) or .yaml files "
                                           "[default: fp16,int8,int4,int4_g128]")
+    parser.add_argument("--recipe", action="append", default=[],
+                        help="a recipe to plan, built-in name or .yaml file (repeatable; with "
+                             "--recipes: both are planned)")
     parser.add_argument("--kv-dtype", choices=("float16", "int8", "float32"),
                         help="KV cache element type [default: the artifact's: float32 for "
                              "int8 / int4 CPU builds, float16 for fp16]")
@@ -39,9 +43,9 @@ def run_plan(argv: list[str]) -> int:
         return _list()
     if not args.model:
         parser.error("give MODEL (or --list for the built-in names)")
-    recipes = [r.strip() for r in args.recipes.split(",") if r.strip()] if args.recipes else None
-    result = plan(args.model, args.target, args.context, args.batch, recipes, args.kv_dtype,
-                  args.devices)
+    recipes = [r.strip() for r in (args.recipes or "").split(",") if r.strip()] + args.recipe
+    result = plan(args.model, args.target, args.context, args.batch, recipes or None,
+                  args.kv_dtype, args.devices)
     if args.json:
         print(json.dumps(result, indent=2))
     else:

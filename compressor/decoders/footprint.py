@@ -9,11 +9,13 @@ tests/plan/test_builder_layout.py holds `builder_layout` (the builder run on its
 
 - Linear layers become MatMulNBits: per output row, ceil(K / block) blocks of `block` weights
   packed at `bits` (K padded up to whole blocks), one float32 scale per block, and for
-  asymmetric weights one zero point per block packed at the weight's bit width. Our int4 is
-  symmetric (no zero points, genai_graph.py drops the checkpoint's); int8 is asymmetric (one
-  uint8 zero point per block).
-- int8 uses blocks of 128, or the largest power of two dividing every input width
-  (backends/llm/handlers.py INT8_GROUP); int4 the recipe's group (32, or 128 for int4_g128).
+  asymmetric weights one zero point per block packed at the weight's bit width (int8: one
+  uint8 per block; int4 with `symmetric: false`: 4 bits). Symmetric int4 (the default) stores
+  none: genai_graph.py drops the checkpoint's.
+- Each recipe's numbers come from its scheme's storage (decoders/storage.py: bits, group,
+  zero points per tensor kind), which the exporter reads too (backends/llm/handlers.py
+  `weight_only_plan`): int8 blocks of 128 or the largest power of two dividing every input
+  width, int4 the recipe's group_size.
 - The lm_head is ours too (same grid). A tied embedding is the lm_head's matrix (one copy: a
   GatherBlockQuantized reads the MatMulNBits tensors; both int4 and int8 are built at -p int4,
   so this holds at 8 bits as well); an untied one becomes a GatherBlockQuantized over our
@@ -25,8 +27,8 @@ tests/plan/test_builder_layout.py holds `builder_layout` (the builder run on its
   context (its KV-cache length).
 - model.onnx itself (the graph, no weights) grows by a fixed amount per decoder layer.
 
-LAYOUTS below is that table, one entry per recipe, in one place: the exporter owner adjusts it
-and plans follow.
+`exporter_layout` turns a scheme's storage into that table for one recipe (plan/recipes.py
+finds a recipe's scheme, built-in or a user's file).
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from compressor.decoders.shapes import ModelShape, TensorSpec, tensor_inventory
+from compressor.decoders.storage import MIN_GROUP, Grid, WeightStorage, fitted_group
 
 
 @dataclass(frozen=True)
@@ -143,37 +146,30 @@ def builder_layout(recipe: str, precision: str, block_size: int = 32, *, symmetr
 _EXPORT_GRAPH = {"fp32": (3_430, 5_360, 3_570), "fp16": (3_540, 6_250, 3_570),
                  "int8": (4_280, 7_770, 3_770), "int4": (4_280, 8_010, 3_770)}
 _EXPORT_GRAPH_BIAS, _EXPORT_GRAPH_EXTRA_NORM, _EXPORT_GRAPH_GEMMA = 370, 410, 1_090
-INT8_GROUP = 128   # int8 blocks of 128, or fewer where widths need (backends/llm/handlers.py uses it)
 
 
-def exporter_layout(recipe: str, precision: str, group_size: int = 32,
-                    accuracy_rank: int = 0) -> Layout:
-    """The layout compressor's ONNX route (backends/llm/genai.py) writes for a recipe:
-    float32 / float16 (the fp32 build, weights halved behind Casts; float32 io), or our
-    our integers at `group_size` for every linear, the lm_head and the embedding (int4
-    symmetric, int8 with zero points)."""
+def onnx_storage(grid: Grid) -> Storage:
+    """A grid as MatMulNBits / GatherBlockQuantized store it: float32 scales, and zero points
+    at the weight's own width unless symmetric (genai_graph.py drops symmetric ones)."""
+    if not grid.quantized:
+        return F32 if grid.bits == 32 else F16
+    return Storage(grid.bits, grid.group_size, 4, 0 if grid.symmetric else grid.bits,
+                   fit_group=grid.fit_group)
+
+
+def exporter_layout(recipe: str, storage: WeightStorage) -> Layout:
+    """The layout compressor's ONNX route (backends/llm/genai.py) writes for a recipe whose
+    scheme stores its weights as `storage`: float32 / float16 (the fp32 build, weights halved
+    behind Casts; float32 io), or our integers for every linear, the lm_head and the embedding
+    (int4 / int8 both built at -p int4: GatherBlockQuantized reads a tied lm_head)."""
+    precision = storage.precision
+    if precision not in _EXPORT_GRAPH:
+        raise ValueError(f"the ONNX route stores 32-, 16-, 8- or 4-bit weights, not {precision}")
     fixed, layer, qk = _EXPORT_GRAPH[precision]
-    graph = dict(graph_bytes=fixed, graph_bytes_per_layer=layer, graph_bytes_qk_norm=qk,
-                 graph_bytes_extra_norm=_EXPORT_GRAPH_EXTRA_NORM,
-                 graph_bytes_bias=_EXPORT_GRAPH_BIAS, graph_bytes_gemma=_EXPORT_GRAPH_GEMMA)
-    if precision in ("fp32", "fp16"):
-        flt = F32 if precision == "fp32" else F16
-        return Layout(recipe, flt, flt, flt, 4, accuracy_rank=accuracy_rank, **graph)
-    bits = {"int8": 8, "int4": 4}[precision]
-    ours = Storage(bits, group_size, 4, 0 if bits == 4 else bits, fit_group=bits == 8)
-    return Layout(recipe, ours, ours, ours, 4, accuracy_rank=accuracy_rank,
-                  gathers_quantized=True, **graph)
-
-
-# The recipes of the LLM route as its exporter writes them (edit here, plans follow).
-LAYOUTS: dict[str, Layout] = {
-    "fp32": exporter_layout("fp32", "fp32", accuracy_rank=5),
-    "fp16": exporter_layout("fp16", "fp16", accuracy_rank=4),
-    "int8": exporter_layout("int8", "int8", INT8_GROUP, accuracy_rank=3),
-    "int4": exporter_layout("int4", "int4", 32, accuracy_rank=2),
-    "int4_g128": exporter_layout("int4_g128", "int4", 128, accuracy_rank=1),
-}
-DEFAULT_RECIPES = ("fp16", "int8", "int4", "int4_g128")
+    return Layout(recipe, onnx_storage(storage.linears), onnx_storage(storage.lm_head),
+                  onnx_storage(storage.embedding), 4, fixed, layer, storage.accuracy_rank, qk,
+                  _EXPORT_GRAPH_EXTRA_NORM, gathers_quantized=storage.linears.quantized,
+                  graph_bytes_bias=_EXPORT_GRAPH_BIAS, graph_bytes_gemma=_EXPORT_GRAPH_GEMMA)
 
 
 @dataclass(frozen=True)
@@ -206,13 +202,12 @@ def _tensor_bytes(t: TensorSpec, layout: Layout, shared: bool, family: str) -> i
 
 def _fit_groups(shape: ModelShape, layout: Layout) -> Layout:
     """A layout whose `fit_group` storages take the largest power-of-two group (>= 16) up to
-    their group_size that divides every quantized input width (quantize.widest_group)."""
+    their group_size that divides every quantized input width (Grid.group_for, which the
+    exporter's quantize.widest_group applies to the model's own widths)."""
     if not layout.linears.fit_group:
         return layout
     widths = (shape.hidden_size, shape.q_width, shape.intermediate_size)
-    group = layout.linears.group_size or shape.hidden_size
-    while group > 16 and any(w % group for w in widths):
-        group //= 2
+    group = fitted_group(layout.linears.group_size or shape.hidden_size, widths) or MIN_GROUP
 
     def fit(s: Storage) -> Storage:
         return replace(s, group_size=group) if s.fit_group else s

@@ -3,9 +3,10 @@
 our integers put where LiteRT computes with them), by the same per-tensor walk as the ONNX
 artifact (footprint.weight_bytes) over a second layout table.
 
-- int4: INT4 packed two to a byte, one float16 scale per block of 32 (int4) or 128
-  (int4_g128) in a shared scale buffer, zero point 0 (our asymmetric integers are rounded
-  again onto LiteRT's symmetric grid: same bytes).
+- int4: INT4 packed two to a byte, one float16 scale per block (the recipe's group_size, or
+  the nearest block LiteRT takes: `litert_block`, which the exporter's litert_grid.py uses) in
+  a shared scale buffer, zero point 0 (asymmetric integers are rounded again onto LiteRT's
+  symmetric grid: same bytes).
 - int8: INT8 per output row; its float32 scale and int64 zero point live in the tensor's
   quantization parameters, written once per signature reading it (prefill + decode).
 - fp16: FLOAT16 weights behind DEQUANTIZE; norms, biases stay float32.
@@ -19,6 +20,7 @@ artifact (footprint.weight_bytes) over a second layout table.
   chat_template.jinja, re-saved) and a small lm.json: the plan stats the model folder's
   files, or estimates TOKENIZER_BYTES_PER_TOKEN x vocab_size when there are none.
 
+The layout is made from the recipe's scheme's storage (decoders/storage.py), as the ONNX one.
 tests/llm/test_plan_matches_exports.py holds tflite_bytes within 2% of the written files.
 """
 from __future__ import annotations
@@ -28,8 +30,10 @@ from pathlib import Path
 
 from compressor.decoders.footprint import F16, F32, Layout, Storage, weight_bytes
 from compressor.decoders.shapes import ModelShape
+from compressor.decoders.storage import WeightStorage
 
 SIGNATURES = 2                      # prefill_<min(512, context)> and decode
+LITERT_BLOCKS = (32, 64, 128, 256)  # the int4 blocks LiteRT's kernels take (else per channel)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 # tokenizer.json bytes per vocabulary entry, public files: Llama 3 71, Gemma 68, Phi-3 58,
 # Qwen2.5 46, SmolLM2 43, the tests' 512-token BPE 44
@@ -41,47 +45,52 @@ _GRAPH = {"fp32": (20_500, 80_800, -10_360), "fp16": (20_900, 89_140, -15_380),
           "int8": (20_500, 80_800, -10_360), "int4": (20_900, 89_150, -15_380)}
 
 
-def litert_layout(recipe: str, precision: str, group_size: int = 32) -> Layout:
-    """The layout of the LiteRT route's .tflite for a recipe (graph bytes for unfused
-    projections; `for_shape` adjusts them)."""
+def litert_layout(recipe: str, storage: WeightStorage) -> Layout:
+    """The layout of the LiteRT route's .tflite for a recipe whose scheme stores its weights
+    as `storage` (graph bytes for unfused projections; `for_shape` adjusts them): one grid
+    for every weight matrix, the linears' (litert_weights.py writes each on LiteRT's grid)."""
+    grid, precision = storage.linears, storage.precision
+    if precision not in _GRAPH:
+        raise ValueError(f"the TFLite route stores 32-, 16-, 8- or 4-bit weights, not {precision}")
     fixed, layer, _ = _GRAPH[precision]
-    if precision in ("fp32", "fp16"):
-        weights = F32 if precision == "fp32" else F16
-    elif precision == "int8":   # per row: float32 scale + int64 zero point, per signature
+    if not grid.quantized:
+        weights = F32 if grid.bits == 32 else F16
+    elif grid.bits == 8:   # per row: float32 scale + int64 zero point, per signature
         weights = Storage(8, None, (4 + 8) * SIGNATURES)
     else:
-        weights = Storage(4, group_size, 2)
+        weights = Storage(4, grid.group_size, 2)
     return Layout(recipe, weights, weights, weights, 4, fixed, layer, accuracy_rank=0,
                   gathers_quantized=True, rope_tables=False)
 
 
-TFLITE_LAYOUTS: dict[str, Layout] = {
-    "fp32": litert_layout("fp32", "fp32"),
-    "fp16": litert_layout("fp16", "fp16"),
-    "int8": litert_layout("int8", "int8"),
-    "int4": litert_layout("int4", "int4", 32),
-    "int4_g128": litert_layout("int4_g128", "int4", 128),
-}
-_PRECISION = {"fp32": "fp32", "fp16": "fp16", "int8": "int8", "int4": "int4", "int4_g128": "int4"}
+def litert_block(group: int | None, widths: tuple[int, ...]) -> int | None:
+    """The int4 block LiteRT gets for integers in groups of `group`: the block in
+    LITERT_BLOCKS dividing every width nearest to it (the smaller on a tie), None: none
+    divides them (per channel)."""
+    fitting = [b for b in LITERT_BLOCKS if not any(w % b for w in widths)]
+    return min(fitting, key=lambda b: abs(b - (group or 0))) if fitting else None
 
 
 def for_shape(layout: Layout, shape: ModelShape) -> Layout:
     """`layout` with the graph bytes of `shape`'s family; int4 blocks LiteRT takes (32-256
     dividing every input width, else one scale per row)."""
     layer = layout.graph_bytes_per_layer
-    if shape.fused_projections:
-        layer += _GRAPH[_PRECISION[layout.recipe]][2]
     weights = layout.linears
+    if shape.fused_projections:
+        layer += _GRAPH[_precision(weights)][2]
     if weights.bits == 4:
         widths = (shape.hidden_size, shape.q_width, shape.intermediate_size)
-        fitting = [b for b in (32, 64, 128, 256) if not any(w % b for w in widths)]
-        block = min(fitting, key=lambda b: abs(b - weights.group_size)) if fitting else None
+        block = litert_block(weights.group_size, widths)
         if block is None:      # per channel: float32 scale + int64 zero point per signature
             weights = Storage(4, None, (4 + 8) * SIGNATURES)
         else:
             weights = replace(weights, group_size=block)
     return replace(layout, graph_bytes_per_layer=layer, linears=weights, lm_head=weights,
                    embedding=weights)
+
+
+def _precision(weights: Storage) -> str:
+    return f"{'fp' if not weights.quantized else 'int'}{weights.bits}"
 
 
 def tokenizer_bytes(folder: Path | None, shape: ModelShape) -> int:
@@ -92,13 +101,10 @@ def tokenizer_bytes(folder: Path | None, shape: ModelShape) -> int:
     return sum(found) if found else TOKENIZER_BYTES_PER_TOKEN * shape.vocab_size
 
 
-def tflite_bytes(shape: ModelShape, recipe: str, tokenizer: int | None = None) -> int | None:
-    """Bytes of the model.tflite the LiteRT route writes for `recipe` (None when it has no
-    LiteRT layout); `tokenizer`: the tokenizer files' bytes (tokenizer_bytes; None: the
+def tflite_bytes(shape: ModelShape, layout: Layout, tokenizer: int | None = None) -> int:
+    """Bytes of the model.tflite the LiteRT route writes for a recipe (`layout`: its
+    litert_layout); `tokenizer`: the tokenizer files' bytes (tokenizer_bytes; None: the
     vocabulary-size estimate)."""
-    layout = TFLITE_LAYOUTS.get(recipe)
-    if layout is None:
-        return None
     if tokenizer is None:
         tokenizer = tokenizer_bytes(None, shape)
     return weight_bytes(shape, for_shape(layout, shape)).total + tokenizer

@@ -2,24 +2,24 @@
 answered from shapes alone (no weight data is read).
 
 A language model (config.json, HF folder, .safetensors / shard index header, .gguf header,
-a built-in name) gets a plan per recipe; an .onnx / .tflite artifact gets the weights +
-activations estimate `compress inspect` makes. `plan()` returns the JSON object the CLI
-prints (keys in DESIGN.md); `plan_gate()` is the check `compress --recipe` runs first.
+a built-in name) gets a plan per recipe (any recipe: a built-in name, a .yaml file, a Recipe;
+plan/recipes.py); an .onnx / .tflite artifact gets the weights + activations estimate
+`compress inspect` makes. `plan()` returns the JSON object the CLI prints (keys in
+docs/cli.md); `plan_gate()` is the check `compress --recipe` runs first on a language model.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from compressor.devices import DeviceProfile, get_profile, load_profiles
-from compressor.errors import DeviceBudgetError, UsageError
-from compressor.decoders.footprint import DEFAULT_RECIPES, LAYOUTS
+from compressor.config.recipe import Recipe
 from compressor.decoders.footprint_tflite import tokenizer_bytes
-from compressor.decoders.catalogue import find
 from compressor.decoders.headers import ModelDescription, describe
-from compressor.decoders.shapes import ModelShape, from_hf_config, is_language_model, param_count, params_by_kind
-from compressor.plan.llm import HEADROOM_FRACTION, layout_for, plan_recipe, recommend
+from compressor.decoders.shapes import ModelShape, from_hf_config, param_count, params_by_kind
+from compressor.devices import DeviceProfile, get_profile, load_profiles
+from compressor.errors import DeviceBudgetError, ModelLoadError, UsageError
+from compressor.plan.llm import HEADROOM_FRACTION, RecipeRef, plan_recipe, recommend
+from compressor.plan.recipes import DEFAULT_RECIPES, PlannedRecipe, planned, recipe_of, resolve
 from compressor.plan.split import split_plan
 
 __all__ = ["plan", "plan_gate", "HEADROOM_FRACTION"]
@@ -58,25 +58,26 @@ def _device_json(profile: DeviceProfile, llm: bool) -> dict:
 
 
 def _llm_target(shape: ModelShape, profile: DeviceProfile, context: int, batch: int,
-                recipes: tuple[str, ...], kv_dtype: str | None, devices: int | None,
+                recipes: tuple[PlannedRecipe, ...], kv_dtype: str | None, devices: int | None,
                 tokenizer: int | None = None) -> dict:
     plans = [plan_recipe(shape, r, profile, context, batch, kv_dtype, tokenizer) for r in recipes]
     out = {"target": profile.name, "device": _device_json(profile, llm=True),
            "plans": [p.as_json() for p in plans],
            "recommended": recommend(plans, profile.llm_budget_bytes)}
     if devices:
-        ranked = sorted(recipes, key=lambda r: -LAYOUTS[r].accuracy_rank)
-        splits = [split_plan(shape, layout_for(r), profile, devices, context, batch, kv_dtype)
+        ranked = sorted(recipes, key=lambda r: -r.accuracy_rank)
+        splits = [split_plan(shape, r.onnx, profile, devices, context, batch, kv_dtype)
                   for r in ranked]
         out["split"] = next((s for s in splits if s.fits), splits[-1]).as_json()
     return out
 
 
 def plan(model: str | Path | dict, target: str | None = DEFAULT_TARGET, context: int = 4096,
-         batch: int = 1, recipes: list[str] | tuple[str, ...] | None = None,
+         batch: int = 1, recipes: list[RecipeRef] | tuple[RecipeRef, ...] | None = None,
          kv_dtype: str | None = None, devices: int | None = None) -> dict[str, Any]:
-    """The plan as one JSON-ready object. target "all" plans every built-in profile (under
-    "targets", one object per device with target / device / plans / recommended)."""
+    """The plan as one JSON-ready object. `recipes`: built-in names, fp32, .yaml paths or
+    Recipes [default: fp16, int8, int4, int4_g128]. target "all" plans every built-in profile
+    (under "targets", one object per device with target / device / plans / recommended)."""
     if isinstance(model, (str, Path)) and str(model).endswith(ARTIFACT_SUFFIXES):
         from compressor.plan.artifact import artifact_plan
 
@@ -85,9 +86,7 @@ def plan(model: str | Path | dict, target: str | None = DEFAULT_TARGET, context:
     desc = (ModelDescription(from_hf_config(model, source="config"), "config")
             if isinstance(model, dict) else describe(model))
     _check(context, batch, devices, desc.shape)
-    recipes = tuple(recipes or DEFAULT_RECIPES)
-    for r in recipes:
-        layout_for(r)
+    recipes = tuple(resolve(r) for r in recipes or DEFAULT_RECIPES)
     if kv_dtype not in (None, "float32", "float16", "int8"):
         raise UsageError(f"--kv-dtype {kv_dtype}: give float16, int8 or float32")
     tokenizer = tokenizer_bytes(_model_folder(model), desc.shape)
@@ -110,43 +109,29 @@ def _model_folder(model: str | Path | dict) -> Path | None:
     return path if path.is_dir() else path.parent if path.is_file() else None
 
 
-def _is_language_model(model_ref: str | Path | dict) -> bool:
-    """A ref the plan reads shapes of: a config (dict or file) of a known LLM family, a folder
-    holding one or a .gguf, a .safetensors / .gguf file, or a built-in name."""
-    if isinstance(model_ref, dict):
-        return is_language_model(model_ref)
-    path = Path(str(model_ref))
-    config = path / "config.json" if path.is_dir() else path
-    if config.name.endswith(".json") and config.is_file():
-        try:
-            return is_language_model(json.loads(config.read_text(encoding="utf-8")))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            return False
-    if path.is_dir():
-        return any(path.glob("*.gguf"))
-    if path.is_file():
-        return path.name.endswith((".safetensors", ".gguf"))
-    return find(str(model_ref)) is not None
-
-
-def plan_gate(model_ref: str | Path | dict, recipe_name: str, target: str | None,
+def plan_gate(model_ref: str | Path | dict, recipe: str | Recipe, target: str | None,
               context: int = 4096, batch: int = 1) -> dict | None:
-    """Raise DeviceBudgetError (exit 4) naming the plan's numbers when `recipe_name` cannot fit
-    `target` at `context`; else the plan (what report.json records as `plan`). None when there
-    is no target, the recipe is not an LLM recipe the plan knows, or the model is not a
-    language model it can read shapes of."""
-    if not target or target == "all" or recipe_name not in LAYOUTS:
+    """Raise DeviceBudgetError (exit 4) naming the plan's numbers when `recipe` (a Recipe or a
+    built-in name) cannot fit `target` at `context`; else the plan (what report.json records
+    as `plan`). The language-model task runs it before loading a model. None when there is no
+    target, the recipe writes no language model (a step trains it), or `model_ref` is not a
+    model the plan reads shapes of."""
+    if not target or target == "all":
         return None
-    if not _is_language_model(model_ref):
+    counted = planned(recipe if isinstance(recipe, Recipe) else recipe_of(recipe))
+    if counted is None:
         return None
-    result = plan(model_ref, target, context, batch, [recipe_name])
+    try:
+        result = plan(model_ref, target, context, batch, [counted])
+    except ModelLoadError:
+        return None   # no shapes to read: nothing to plan
     p = result["plans"][0]
     if p["fits"]:
         return result
     usable = result["device"]["usable_bytes"]
     gb = 1e9
     raise DeviceBudgetError(
-        f"plan: {result['model']['name']} at {recipe_name} needs {p['total_bytes'] / gb:.2f} GB "
+        f"plan: {result['model']['name']} at {counted.name} needs {p['total_bytes'] / gb:.2f} GB "
         f"(weights {p['weights_bytes'] / gb:.2f} + KV cache {p['kv_cache_bytes'] / gb:.2f} at "
         f"{context} tokens + working {p['working_bytes'] / gb:.2f}) but {target} has "
         f"{usable / gb:.2f} GB for a language model; it fits up to {p['max_context']} tokens. "

@@ -7,13 +7,12 @@ table) and the KV cache once per token, so tokens/s <= bandwidth / those bytes; 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from compressor.devices import DeviceProfile
-from compressor.errors import UsageError
+from compressor.config.recipe import Recipe
 from compressor.decoders.footprint import (
     KV_DTYPE_BYTES,
-    LAYOUTS,
     Layout,
     kv_cache_bytes,
     weight_bytes,
@@ -21,6 +20,8 @@ from compressor.decoders.footprint import (
 )
 from compressor.decoders.footprint_tflite import tflite_bytes
 from compressor.decoders.shapes import ModelShape, params_by_kind
+from compressor.devices import DeviceProfile
+from compressor.plan.recipes import PlannedRecipe, resolve
 
 HEADROOM_FRACTION = 0.05   # the recommendation keeps >= 5% of the usable memory free
 
@@ -38,15 +39,19 @@ class RecipePlan:
     prefill_tokens_per_s_bound: float | None
     max_context: int
     tflite_bytes: int | None = None   # the LiteRT route's model.tflite (weights_bytes: ONNX)
+    accuracy_rank: int = field(default=0, compare=False)   # recommend's order (not in JSON)
 
     def as_json(self) -> dict:
-        return {k: (round(v, 1) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+        return {k: (round(v, 1) if isinstance(v, float) else v) for k, v in self.__dict__.items()
+                if k != "accuracy_rank"}
 
 
-def layout_for(recipe: str) -> Layout:
-    if recipe not in LAYOUTS:
-        raise UsageError(f"unknown plan recipe {recipe!r}; the plan knows {', '.join(LAYOUTS)}")
-    return LAYOUTS[recipe]
+RecipeRef = str | Path | Recipe | PlannedRecipe
+
+
+def layout_for(recipe: RecipeRef) -> Layout:
+    """The ONNX artifact's layout of a recipe (a built-in name, fp32, a .yaml path, a Recipe)."""
+    return resolve(recipe).onnx
 
 
 def kv_bytes_of(layout: Layout, kv_dtype: str | None) -> int:
@@ -108,25 +113,27 @@ def prefill_bound(shape: ModelShape, layout: Layout, profile: DeviceProfile, con
     return rate / ops_per_token(shape, min(context, 512))
 
 
-def plan_recipe(shape: ModelShape, recipe: str, profile: DeviceProfile, context: int, batch: int,
-                kv_dtype: str | None, tokenizer_bytes: int | None = None) -> RecipePlan:
+def plan_recipe(shape: ModelShape, recipe: RecipeRef, profile: DeviceProfile, context: int,
+                batch: int, kv_dtype: str | None, tokenizer_bytes: int | None = None) -> RecipePlan:
     """tokenizer_bytes: the tokenizer files the .tflite's metadata carries
     (footprint_tflite.tokenizer_bytes; None: estimated from the vocabulary size)."""
-    layout = layout_for(recipe)
+    recipe = resolve(recipe)
+    layout = recipe.onnx
     kv_bytes = kv_bytes_of(layout, kv_dtype)
     usable = profile.llm_budget_bytes
     weights, kv, working = total_at(shape, layout, context, batch, kv_bytes)
     total = weights + kv + working
     return RecipePlan(
-        recipe=recipe, weights_bytes=weights, kv_cache_bytes=kv, working_bytes=working,
+        recipe=recipe.name, weights_bytes=weights, kv_cache_bytes=kv, working_bytes=working,
         total_bytes=total, fits=total <= usable, headroom_bytes=usable - total,
         decode_tokens_per_s_bound=decode_bound(shape, layout, profile, context, batch, kv_bytes),
         prefill_tokens_per_s_bound=prefill_bound(shape, layout, profile, context),
         max_context=max_context(shape, layout, usable, batch, kv_bytes),
-        tflite_bytes=tflite_bytes(shape, recipe, tokenizer_bytes))
+        tflite_bytes=tflite_bytes(shape, recipe.tflite, tokenizer_bytes),
+        accuracy_rank=recipe.accuracy_rank)
 
 
 def recommend(plans: list[RecipePlan], usable: int) -> str | None:
     """The most accurate recipe that fits with HEADROOM_FRACTION of the memory to spare."""
     ok = [p for p in plans if p.headroom_bytes >= HEADROOM_FRACTION * usable]
-    return max(ok, key=lambda p: LAYOUTS[p.recipe].accuracy_rank).recipe if ok else None
+    return max(ok, key=lambda p: p.accuracy_rank).recipe if ok else None

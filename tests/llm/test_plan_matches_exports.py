@@ -1,5 +1,7 @@
 """The plan's artifact bytes against the files compressor's ONNX exporter writes for the same
-model: the byte accounting (compressor/decoders/footprint.py LAYOUTS) is the exporter's, not a guess.
+model: the byte accounting (compressor/decoders/footprint.py exporter_layout, from the storage
+the recipe's scheme declares) is the exporter's, not a guess; a user's recipe file is planned
+as `compress` writes it.
 
 The export step runs directly (no validation): the recipe's quantize plan as `compress` makes it
 (handlers.weight_only_plan: int4 groups of 32, int8 the widest group <= 128) with round-to-
@@ -138,3 +140,37 @@ def test_planned_tflite_bytes_match_the_written_file(family, model_dirs, tflite_
         print(f"{family} {recipe} tflite: planned {planned[recipe]:,} B, written {written:,} B "
               f"({planned[recipe] / written - 1:+.2%})")
         assert planned[recipe] == pytest.approx(written, rel=0.02), (family, recipe)
+
+
+# --- a user's own recipe file --------------------------------------------------------------
+USER_RECIPE = {"name": "mine_g64", "steps": [{"pass": "quantize", "mode": "weight_only",
+                                              "dtype": "int4", "group_size": 64}],
+               "export": ["onnx"], "validate": {"metric": "perplexity", "max_increase": 0.5}}
+
+
+@pytest.mark.parametrize("family", ("llama", "phi3"))     # tied; untied (its embedding gathered)
+def test_a_users_recipe_file_is_planned_as_compress_writes_it(family, model_dirs, tmp_path):
+    """`compress plan MODEL --recipe FILE` against the folder `compress --recipe FILE` writes:
+    the planner reads the recipe's scheme's storage (int4, groups of 64), as the exporter."""
+    import json
+
+    import yaml
+    from conftest import run_cli
+
+    pytest.importorskip("onnxruntime_genai")
+    recipe = tmp_path / "mine_g64.yaml"
+    recipe.write_text(yaml.safe_dump(USER_RECIPE))
+    folder = model_dirs[family]
+    planned = run_cli("plan", str(folder), "--recipe", str(recipe), "--context", str(CONTEXT),
+                      "--json")
+    assert planned.returncode == 0, planned.stderr
+    (row,) = json.loads(planned.stdout)["plans"]
+    done = run_cli("--recipe", str(recipe), str(folder), "--format", "onnx", "--out",
+                   str(tmp_path / "out"), "--context", str(CONTEXT), "--no-latency")
+    assert done.returncode == 0, done.stderr[-2000:]
+    onnx = tmp_path / "out" / "model-onnx"
+    written = sum(f.stat().st_size for f in onnx.iterdir() if f.name.startswith("model.onnx"))
+    print(f"{family} mine_g64: planned {row['weights_bytes']:,} B, written {written:,} B "
+          f"({row['weights_bytes'] / written - 1:+.2%})")
+    assert row["recipe"] == "mine_g64"
+    assert row["weights_bytes"] == pytest.approx(written, rel=0.02)

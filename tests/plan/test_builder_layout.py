@@ -32,7 +32,7 @@ CASES += [("llama_untied-gather", "llama_untied", "int4",
            ["block_size=32", "op_types_to_quantize=MatMul/Gather"],
            builder_layout("x", "int4", 32, prequantized_zero_points=True,
                           quantize_embedding=True))]
-# LAYOUTS (what compressor's own exporter writes) is held to its files in
+# exporter_layout (what compressor's own exporter writes) is held to its files in
 # tests/llm/test_plan_matches_exports.py.
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from compressor.devices import get_profile
 from compressor.decoders.catalogue import lookup
 from compressor.decoders.footprint import (
-    LAYOUTS,
     RUNTIME_BASELINE_BYTES,
     Storage,
     builder_layout,
@@ -14,7 +13,7 @@ from compressor.decoders.footprint import (
     working_bytes,
 )
 from compressor.decoders.shapes import from_hf_config
-from compressor.plan.llm import max_context, plan_recipe, recommend
+from compressor.plan.llm import layout_for, max_context, plan_recipe, recommend
 from compressor.plan.split import split_plan
 from support.plan_models import TINY_CONFIGS
 
@@ -69,16 +68,16 @@ def test_the_8b_llama_on_orin_nx_at_4k():
     assert int4.total_bytes == int4.weights_bytes + int4.kv_cache_bytes + int4.working_bytes
     assert 4096 < int4.max_context < 8192 and plans["fp16"].max_context == 0
     assert 15 < int4.decode_tokens_per_s_bound < 20       # 102.4 GB/s over ~5.9 GB per token
-    split = split_plan(shape, LAYOUTS["int8"], nx, 2, 4096, 1, None)
+    split = split_plan(shape, layout_for("int8"), nx, 2, 4096, 1, None)
     assert split.fits and [s[:2] for s in split.stages][0][0] == 0 and split.stages[-1][1] == 31
     assert all(s[2] <= nx.llm_budget_bytes for s in split.stages)
     assert split.link_bytes_per_token == 4096 * 4
-    assert not split_plan(shape, LAYOUTS["fp16"], nx, 2, 4096, 1, None).fits
+    assert not split_plan(shape, layout_for("fp16"), nx, 2, 4096, 1, None).fits
 
 
 def test_max_context_is_where_the_total_crosses_the_budget():
     shape, nx = lookup("llama-3.1-8b").shape(), get_profile(NX)
-    layout = LAYOUTS["int4"]
+    layout = layout_for("int4")
     usable, kv = nx.llm_budget_bytes, layout.io_bytes
     c = max_context(shape, layout, usable, 1, kv)
 
@@ -92,6 +91,6 @@ def test_max_context_is_where_the_total_crosses_the_budget():
 
 def test_working_memory_is_activations_plus_the_runtime():
     shape = lookup("llama-3.1-8b").shape()
-    prefill = working_bytes(shape, LAYOUTS["int4"], 4096) - RUNTIME_BASELINE_BYTES
+    prefill = working_bytes(shape, layout_for("int4"), 4096) - RUNTIME_BASELINE_BYTES
     assert 512 * 128256 * 4 < prefill < 512 * 128256 * 4 + 200e6    # logits of 512 tokens lead
-    assert working_bytes(shape, LAYOUTS["int4"], 16) < working_bytes(shape, LAYOUTS["int4"], 4096)
+    assert working_bytes(shape, layout_for("int4"), 16) < working_bytes(shape, layout_for("int4"), 4096)

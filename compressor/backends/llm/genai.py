@@ -22,9 +22,10 @@ from compressor.errors import BackendUnavailableError
 from compressor.core.memory import trim_heap
 
 FOLDER = "model-onnx"
-# The builder's precision per scheme: our integers go in at -p int4 whatever their bits (at
-# -p int8 a tied embedding would be a float copy); float16 is built at fp32 (genai_fp16.py).
-PRECISIONS = {"float32": "fp32", "float16": "fp32", "int8": "int4", "int4": "int4"}
+# The builder's precision per stored width (the scheme's storage, decoders/storage.py): our
+# integers go in at -p int4 whatever their bits (at -p int8 a tied embedding would be a float
+# copy); float16 is built at fp32 (genai_fp16.py).
+PRECISIONS = {32: "fp32", 16: "fp32", 8: "int4", 4: "int4"}
 DEFAULT_CONTEXT_CAP = 4096
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
@@ -35,24 +36,25 @@ def write_genai_folder(state: Any, scheme: Any, path: Path, ctx: Any) -> Path:
     from compressor.backends.llm.genai_graph import finish_graph
 
     loaded = state.model
-    dtype = scheme.dtype
-    if dtype not in PRECISIONS:
+    dtype, storage = scheme.dtype, scheme.storage
+    bits = None if storage is None else storage.linears.bits
+    if bits not in PRECISIONS:
         raise BackendUnavailableError(f"the ONNX route writes float32, float16, int8 or int4 "
                                       f"weights, not {dtype}")
     out = Path(path).parent / FOLDER
     shutil.rmtree(out, ignore_errors=True)
     work = Path(ctx.workdir) / "genai"
     shutil.rmtree(work, ignore_errors=True)
-    source = _builder_input(loaded, dtype, work / "hf")
+    source = _builder_input(loaded, bits, work / "hf")
     ctx.progress.info(f"export onnx: onnxruntime-genai model builder, {dtype} "
                       f"({'our integers' if loaded.quantized else 'float weights'})")
-    run_builder(source, out, PRECISIONS[dtype], work / "cache",
+    run_builder(source, out, PRECISIONS[bits], work / "cache",
                 Path(ctx.workdir) / "logs" / "genai_builder.log", _extra_options(loaded.config),
                 architecture=type(loaded.model).__name__)
     context = run_context(ctx, loaded.config)
     finish_graph(out / "model.onnx", loaded, context)
     trim_heap()   # the graph edits' freed buffers, before the artifact is evaluated
-    if dtype == "float16":
+    if bits == 16:
         from compressor.backends.llm.genai_fp16 import halve_float_weights
 
         halve_float_weights(out / "model.onnx")
@@ -63,17 +65,17 @@ def write_genai_folder(state: Any, scheme: Any, path: Path, ctx: Any) -> Path:
     return out
 
 
-def _builder_input(loaded: Any, dtype: str, folder: Path) -> Path:
+def _builder_input(loaded: Any, bits: int, folder: Path) -> Path:
     """The HF folder the builder reads: GPTQ-format for integers, else the float model."""
-    if dtype in ("int4", "int8"):
-        bits = {w.bits for w in loaded.quantized.values()}
-        if bits != {int(dtype[3:])}:
+    if bits < 16:
+        found = {w.bits for w in loaded.quantized.values()}
+        if found != {bits}:
             raise BackendUnavailableError(
-                f"the {dtype} ONNX export needs every quantized weight at {dtype[3:]} bits "
-                f"(got {sorted(bits) or 'none'}); run the quantize step first")
+                f"the int{bits} ONNX export needs every quantized weight at {bits} bits "
+                f"(got {sorted(found) or 'none'}); run the quantize step first")
         return write_gptq_folder(loaded, folder)
     if loaded.quantized:
-        raise BackendUnavailableError(f"a {dtype} export of a quantized model: its integers "
+        raise BackendUnavailableError(f"a float{bits} export of a quantized model: its integers "
                                       "would be lost; export int4 / int8 instead")
     source = loaded.source
     if source is not None and Path(source).is_dir() and any(Path(source).glob("*.safetensors")):

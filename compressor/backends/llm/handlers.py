@@ -15,9 +15,7 @@ import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-# INT8_GROUP: the int8 blocks (MatMulNBits blocks are powers of two; 128 is as good as per
-# channel at 8 bits), one number for the exporter and the planner
-from compressor.decoders.footprint import INT8_GROUP
+from compressor.errors import BackendUnavailableError
 from compressor.schemes import (Float16, Float32, Int4WeightOnly, Int8WeightOnly, Scheme,
                                 apply_handler, export_handler)
 
@@ -28,9 +26,10 @@ KIND = "llm"
 
 
 def weight_only_plan(scheme: Scheme, model: Any) -> Any:
-    """The bits / groups / algorithm `model`'s weights get under `scheme` (None: a float
-    scheme). int8: groups of 128, or the largest power of two dividing every width. int4:
-    symmetric unless the recipe says otherwise. LiteRT computes only symmetric int4, so
+    """The bits / groups / algorithm `model`'s weights get under `scheme`, read from the
+    storage it declares (decoders/storage.py, which the planner counts too; None: float).
+    int8: a zero point per group of 128, or the largest power of two dividing every width.
+    int4: symmetric unless the recipe says otherwise. LiteRT computes only symmetric int4, so
     asymmetric integers would be rounded a second time there (tiny trained Llama, GPTQ int4 g32:
     the TFLite file +2.59% perplexity when rounded again, +1.05% symmetric), and in ONNX the
     zero points (4 bits per group of 32 beside a 32-bit scale) buy about a tenth of a point of
@@ -38,11 +37,16 @@ def weight_only_plan(scheme: Scheme, model: Any) -> Any:
     set of integers is then exact in both files."""
     from compressor.backends.llm.quantize import WeightOnlyPlan, widest_group
 
-    if isinstance(scheme, Int4WeightOnly):
-        return WeightOnlyPlan(4, scheme.group_size, scheme.algorithm, scheme.symmetric)
-    if isinstance(scheme, Int8WeightOnly):
-        return WeightOnlyPlan(8, widest_group(model, INT8_GROUP), "rtn")
-    return None
+    storage = scheme.storage
+    if storage is None or not storage.linears.quantized:
+        return None
+    grid = storage.linears
+    if any(other != grid for other in storage.grids):
+        raise BackendUnavailableError(
+            f"{scheme.label} stores the lm_head or embedding on a grid of its own; the "
+            "language-model route quantizes every weight matrix on one grid")
+    group = widest_group(model, grid.group_size) if grid.fit_group else grid.group_size
+    return WeightOnlyPlan(grid.bits, group, getattr(scheme, "algorithm", "rtn"), grid.symmetric)
 
 
 @apply_handler(Int4WeightOnly, KIND)

@@ -22,7 +22,7 @@ from compressor.errors import BackendUnavailableError
 
 PREFILL_MAX = 512               # prefill signature length: min(this, context)
 DEFAULT_CONTEXT_CAP = 4096
-BITS = {"float32": 32, "float16": 16, "int8": 8, "int4": 4}
+BITS = (32, 16, 8, 4)            # the widths a scheme's storage may give (decoders/storage.py)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 LAST_RUN: dict[str, Any] = {}   # the last conversion's seconds / peak RSS (tests, bench)
 # Converted and checked against torch (logits, greedy generation) on tiny configs; other
@@ -36,8 +36,9 @@ def write_litert_model(state: Any, scheme: Any, path: Path, ctx: Any) -> Path:
     """Write staging/model.tflite for `scheme` (float32, float16, int8, int4); returns it."""
     import compressor.backends.llm.litert_weights as litert_weights
 
-    loaded, bits = state.model, BITS.get(scheme.dtype)
-    if bits is None:
+    storage = scheme.storage
+    loaded, bits = state.model, None if storage is None else storage.linears.bits
+    if bits not in BITS:
         raise BackendUnavailableError(f"the TFLite route writes float32, float16, int8 or int4 "
                                       f"weights, not {scheme.dtype}")
     _check_quantized(loaded, bits)

@@ -18,6 +18,7 @@ import numpy as np
 from compressor.backends.llm.litert_weights import (BLOCK_SCALE_FLOOR, BLOCKS,
                                                   CHANNEL_SCALE_FLOOR, LiteRtWeight)
 from compressor.backends.llm.model import QuantizedLinear
+from compressor.decoders.footprint_tflite import litert_block
 
 
 EXACT, SCALES_ROUNDED, ROUNDED_AGAIN = "exact", "scales_rounded", "rounded_again"
@@ -52,8 +53,7 @@ def on_litert_grid(weight: QuantizedLinear) -> tuple[LiteRtWeight, str]:
     values = weight.dequantize().numpy()
     if bits == 8:
         return round_to_nearest(values, 8, k), ROUNDED_AGAIN
-    fitting = [b for b in BLOCKS if k % b == 0]
-    block = min(fitting, key=lambda b: abs(b - group)) if fitting else k
+    block = litert_block(group, (k,)) or k     # the block the planner counts (footprint_tflite)
     return round_to_nearest(values, 4, block), ROUNDED_AGAIN
 
 

@@ -25,9 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
+from compressor.decoders.footprint_tflite import LITERT_BLOCKS
 from compressor.export.tflite import opcode_index
 
-BLOCKS = (32, 64, 128, 256)                       # blockwise sizes LiteRT's int4 kernels take
+BLOCKS = LITERT_BLOCKS                            # blockwise sizes LiteRT's int4 kernels take
 WEIGHT_READERS = {"FULLY_CONNECTED": 1, "EMBEDDING_LOOKUP": 1}   # op -> weight input index
 FLATBUFFER_LIMIT = 2 ** 31 - 1
 # XNNPACK refuses zero and subnormal scales ("unsupported scale value"): all-zero blocks

@@ -27,13 +27,15 @@ import torch
 from compressor.backends.llm.grid import gptq, rtn
 from compressor.backends.llm.model import LoadedLm, QuantizedLinear
 from compressor.core.memory import release_file_pages, trim_heap
+from compressor.decoders.storage import fitted_group
 
 CALIBRATION_BATCH = 4      # windows per forward pass
 
 
 @dataclass(frozen=True)
 class WeightOnlyPlan:
-    """What to quantize how: bits, group size, algorithm (gptq | rtn), symmetric grid."""
+    """What to quantize how: bits, group size, algorithm (gptq | rtn), symmetric grid; made
+    from the scheme's storage (handlers.weight_only_plan)."""
 
     bits: int
     group_size: int
@@ -88,12 +90,9 @@ def check_grid_fits(loaded: LoadedLm, plan: WeightOnlyPlan | None) -> None:
 
 def widest_group(loaded: LoadedLm, largest: int) -> int | None:
     """The largest power-of-two group size up to `largest` dividing every input width
-    (None below 16: the kernels' smallest block)."""
-    widths = _input_widths(loaded)
-    group = largest
-    while group >= 16 and any(k % group for k in widths):
-        group //= 2
-    return group if group >= 16 else None
+    (None below 16: the kernels' smallest block): the rule the planner applies to a model's
+    shape for a `fit_group` storage (decoders/storage.py)."""
+    return fitted_group(largest, _input_widths(loaded))
 
 
 def _input_widths(loaded: LoadedLm) -> list[int]:

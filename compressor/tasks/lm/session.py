@@ -32,7 +32,7 @@ def lm_validation(recipe: Recipe) -> ValidateConfig:
 
 
 def window_settings(recipe: Recipe, validation: ValidateConfig) -> dict[str, int | None]:
-    calibration = next((step.calibration_windows for step in recipe.steps
+    calibration = next((getattr(step, "calibration_windows", None) for step in recipe.steps
                         if isinstance(step, QuantizeConfig)), None)
     return {"calibration_windows": calibration, "eval_windows": validation.eval_windows,
             "window": validation.window}
@@ -52,8 +52,9 @@ def artifact_context(model: Any, context: int | None) -> int:
 
 def check_plan_fits(model: Any, recipe: Recipe, target: str | None, context: int | None,
                     force_plan: bool) -> dict | None:
-    """`compress plan`'s verdict before any work: a recipe whose plan cannot fit the target
-    is refused (exit 4) unless --force-plan; the plan of one that fits (report.json `plan`)."""
+    """`compress plan`'s verdict before any work: a recipe (built-in or a user's file) whose
+    plan cannot fit the target is refused (exit 4) unless --force-plan; the plan of one that
+    fits (report.json `plan`)."""
     if target is None or force_plan or not isinstance(model, (str, Path)):
         return None
     from compressor.decoders.headers import describe
@@ -61,7 +62,7 @@ def check_plan_fits(model: Any, recipe: Recipe, target: str | None, context: int
 
     shape = describe(str(model)).shape
     limit = shape.max_position_embeddings if shape else DEFAULT_CONTEXT
-    return plan_gate(str(model), recipe.name, target, context or min(limit, DEFAULT_CONTEXT))
+    return plan_gate(str(model), recipe, target, context or min(limit, DEFAULT_CONTEXT))
 
 
 def check_quantize_steps(loaded: Any, recipe: Recipe) -> None:
@@ -70,11 +71,10 @@ def check_quantize_steps(loaded: Any, recipe: Recipe) -> None:
     from compressor.backends.llm.handlers import weight_only_plan
     from compressor.backends.llm.quantize import check_grid_fits
     from compressor.errors import RecipeError
-    from compressor.schemes import scheme_of_step
 
     for index, step in enumerate(recipe.steps):
         if isinstance(step, QuantizeConfig):
-            plan = weight_only_plan(scheme_of_step(step), loaded)
+            plan = weight_only_plan(step.scheme, loaded)
             try:
                 check_grid_fits(loaded, plan)
             except RecipeError as exc:
