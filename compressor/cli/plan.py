@@ -36,7 +36,7 @@ def run_plan(argv: list[str]) -> int:
                         help="KV cache element type [default: the artifact's: float32 for "
                              "int8 / int4 CPU builds, float16 for fp16]")
     parser.add_argument("--devices", type=int, help="split the layers over K boards (pipeline)")
-    parser.add_argument("--json", action="store_true", help="one JSON object (keys in the README)")
+    parser.add_argument("--json", action="store_true", help="one JSON object (keys: docs/language-models.md)")
     parser.add_argument("--list", action="store_true", help="the built-in models")
     args = parser.parse_args(argv)
     if args.list:

@@ -34,8 +34,8 @@ class TrainingConfig(StepConfig):
     """Keys shared by every step that fine-tunes the model."""
 
     # The default peak lr, as a fraction of the optimizer's from-scratch rate: a trained model
-    # is fine-tuned, not retrained (backends/fine_tuning.py). Measured (README "Fine-tuning a
-    # trained model"): the full rate wrecked pretrained nets (ResNet-style int8_prune30 -2.2 pt,
+    # is fine-tuned, not retrained (backends/fine_tuning.py). Measured (docs/measurements.md
+    # "Fine-tuning learning rate"): the full rate wrecked pretrained nets (ResNet-style int8_prune30 -2.2 pt,
     # MobileNetV2-style int8_qat -3.8 pt); 1/10 could not recover pruning or fake-quant on a
     # small net (-1.3 pt); 3/10 kept 13 nets x recipes within 0.9 pt.
     default_lr_fraction: ClassVar[float] = 0.3
@@ -182,12 +182,12 @@ def validate_step(model: type[QuantizeConfig], data: dict[str, Any]) -> Quantize
         raise ValidationError.from_exception_data(exc.title, errors) from None
 
 
-FEATURE_WEIGHT = 0.1   # distill feature_weight default: 1.0 measured worse (README: distill)
+FEATURE_WEIGHT = 0.1   # distill feature_weight default: 1.0 measured worse (docs/measurements.md)
 
 
 class DistillConfig(TrainingConfig):
     # A distill step usually trains a student far from its teacher (small, briefly trained):
-    # the from-scratch rate; keep_best guards a converged one (README: distillation evidence).
+    # the from-scratch rate; keep_best guards a converged one (docs/measurements.md).
     default_lr_fraction: ClassVar[float] = 1.0
 
     kind: Literal["distill"] = Field("distill", alias="pass")

@@ -5,7 +5,7 @@ A language model (config.json, HF folder, .safetensors / shard index header, .gg
 a built-in name) gets a plan per recipe (any recipe: a built-in name, a .yaml file, a Recipe;
 plan/recipes.py); an .onnx / .tflite artifact gets the weights + activations estimate
 `compress inspect` makes. `plan()` returns the JSON object the CLI prints (keys in
-docs/cli.md); `plan_gate()` is the check `compress --recipe` runs first on a language model.
+docs/language-models.md); `plan_gate()` is the check `compress --recipe` runs first on a language model.
 """
 from __future__ import annotations
 
