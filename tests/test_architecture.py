@@ -356,3 +356,36 @@ def test_every_task_is_registered_and_complete():
         task = task_named(name)
         assert [m for m in methods if not callable(getattr(task, m, None))] == [], name
         assert isinstance(task.sweep_columns, tuple) and isinstance(task.metric_lower_is_better, bool)
+
+
+# Closed lists the registries replaced: a format, a model kind or a decoder family named in a
+# comparison or a literal list outside its registry (and the kind's own package) is a second
+# place to edit when one is added.
+REGISTERED_NAMES = {
+    "formats": ({"tflite", "onnx", ".tflite", ".onnx"},
+                ("compressor.formats", "compressor.backends.kinds", "compressor.runtimes.tflite",
+                 "compressor.config.recipe")),
+    "families": ({"llama", "qwen2", "qwen3", "gemma2", "phi3", "mistral", "gemma", "granite"},
+                 ("compressor.decoders.families",)),
+}
+
+
+def _named_in_comparisons_or_lists(path: Path, names: set[str]) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        operands = ([node.left, *node.comparators] if isinstance(node, ast.Compare)
+                    else [node] if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [])
+        for operand in operands:
+            items = operand.elts if isinstance(operand, (ast.Tuple, ast.List, ast.Set)) else [operand]
+            named = sorted({i.value for i in items if isinstance(i, ast.Constant) and i.value in names})
+            if named and (isinstance(node, ast.Compare) or len(named) > 1):
+                found.append(f"{path.name}:{node.lineno} {', '.join(named)}")
+    return found
+
+
+@pytest.mark.parametrize("registry", sorted(REGISTERED_NAMES))
+def test_formats_and_families_are_named_only_in_their_registries(registry):
+    names, homes = REGISTERED_NAMES[registry]
+    found = [hit for module, path in _modules().items() if not module.startswith(homes)
+             for hit in _named_in_comparisons_or_lists(path, names)]
+    assert found == []

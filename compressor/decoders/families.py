@@ -55,6 +55,7 @@ class Family:
     #                                      context differs, Phi-3)
     aliases: tuple[str, ...] = ()        # other model_type spellings of it ("gemma3")
     gguf_architecture: str = ""          # llama.cpp's general.architecture; "": the name
+    gguf_loads: bool = False             # its .gguf files load here (standard blk.N.* names)
 
     def __post_init__(self) -> None:
         if not self.gguf_architecture:
@@ -92,6 +93,11 @@ def find_family(model_type: str) -> Family | None:
         (f for f in _FAMILIES.values() if model_type in f.aliases), None)
 
 
+def gguf_loadable_architectures() -> tuple[str, ...]:
+    """The llama.cpp architectures whose .gguf files load here."""
+    return tuple(f.gguf_architecture for f in _FAMILIES.values() if f.gguf_loads)
+
+
 def gguf_family(architecture: str) -> Family | None:
     return next((f for f in _FAMILIES.values() if f.gguf_architecture == architecture), None)
 
@@ -109,12 +115,12 @@ def family_from_tensors(fused: bool, norms: int, qk_norm: bool, q_bias: bool) ->
 
 # --- the built-in families, in the order tensor names are matched -------------------------
 
-register_family(name="llama", mlp_bias=True)
+register_family(name="llama", mlp_bias=True, gguf_loads=True)
 register_family(name="mistral", sliding_window=4096, sliding=Sliding(every_layer=True))
-register_family(name="qwen2", qkv_bias=True, attention_bias_on_o=False,
+register_family(name="qwen2", qkv_bias=True, attention_bias_on_o=False, gguf_loads=True,
                 sliding=Sliding(opt_in=True, sliding_from_key="max_window_layers",
                                 sliding_from=28))
-register_family(name="qwen3", head_dim=128, qk_norm=True,
+register_family(name="qwen3", head_dim=128, qk_norm=True, gguf_loads=True,
                 sliding=Sliding(opt_in=True, sliding_from_key="max_window_layers",
                                 sliding_from=28))
 register_family(name="gemma2", tie_word_embeddings=True, head_dim=256, norms_per_layer=4,

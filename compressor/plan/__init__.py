@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from compressor.config.recipe import Recipe
+from compressor.formats import artifact_suffixes
 from compressor.decoders.footprint_tflite import tokenizer_bytes
 from compressor.decoders.headers import ModelDescription, describe
 from compressor.decoders.shapes import ModelShape, from_hf_config, param_count, params_by_kind
@@ -23,7 +24,6 @@ from compressor.plan.recipes import DEFAULT_RECIPES, PlannedRecipe, planned, rec
 from compressor.plan.split import split_plan
 
 __all__ = ["plan", "plan_gate", "HEADROOM_FRACTION"]
-ARTIFACT_SUFFIXES = (".onnx", ".tflite")
 DEFAULT_TARGET = "jetson-orin-nx-8gb"
 
 
@@ -78,7 +78,7 @@ def plan(model: str | Path | dict, target: str | None = DEFAULT_TARGET, context:
     """The plan as one JSON-ready object. `recipes`: built-in names, fp32, .yaml paths or
     Recipes [default: fp16, int8, int4, int4_g128]. target "all" plans every built-in profile
     (under "targets", one object per device with target / device / plans / recommended)."""
-    if isinstance(model, (str, Path)) and str(model).endswith(ARTIFACT_SUFFIXES):
+    if isinstance(model, (str, Path)) and str(model).endswith(artifact_suffixes()):
         from compressor.plan.artifact import artifact_plan
 
         _check(context, batch, devices, None)

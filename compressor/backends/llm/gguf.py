@@ -41,13 +41,14 @@ from pathlib import Path
 from typing import Any
 
 from compressor.backends.llm.model import LoadedLm, QuantizedLinear
+from compressor.decoders.families import gguf_loadable_architectures
 from compressor.errors import BackendUnavailableError, ModelLoadError, first_line
 
 MAGIC = b"GGUF"
-# general.architecture values read here: decoder families transformers loads from GGUF and
-# whose linear tensor names are the standard blk.N.* ones mapped below. llama.cpp writes
-# Mistral models as `llama` (they load as LlamaForCausalLM: the same computation).
-ARCHITECTURES = ("llama", "qwen2", "qwen3")
+# general.architecture values read here: the families registered with gguf_loads
+# (decoders/families.py), which transformers loads from GGUF and whose linear tensor names are
+# the standard blk.N.* ones mapped below. llama.cpp writes Mistral models as `llama` (they load
+# as LlamaForCausalLM: the same computation).
 ROW_PERMUTED = ("llama",)   # llama.cpp permutes attn_q / attn_k rows for these (rotary pairs)
 F32, F16, BF16 = 0, 1, 30   # ggml type ids
 _LINEAR_NAMES = {
@@ -110,9 +111,10 @@ def _open_reader(path: Path) -> Any:
 def _architecture(reader: Any, path: Path) -> str:
     field = reader.fields.get("general.architecture")
     architecture = field.contents() if field is not None else None
-    if architecture not in ARCHITECTURES:
+    loadable = gguf_loadable_architectures()
+    if architecture not in loadable:
         raise ModelLoadError(f"{path}: GGUF architecture {architecture!r} is not supported "
-                             f"(supported: {', '.join(ARCHITECTURES)}); convert the model to "
+                             f"(supported: {', '.join(loadable)}); convert the model to "
                              "a Hugging Face folder and give that")
     return architecture
 

@@ -25,9 +25,6 @@ DEFAULT_CONTEXT_CAP = 4096
 BITS = (32, 16, 8, 4)            # the widths a scheme's storage may give (decoders/storage.py)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 LAST_RUN: dict[str, Any] = {}   # the last conversion's seconds / peak RSS (tests, bench)
-# Converted and checked against torch (logits, greedy generation) on tiny configs; other
-# families are tried, and refused with the converter's reason if it fails.
-TESTED_FAMILIES = ("llama", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "mistral")
 # RoPE that depends on the sequence length at run time: a traced graph fixes one branch
 LENGTH_DEPENDENT_ROPE = ("dynamic", "longrope")
 
