@@ -73,6 +73,12 @@ def register_scheme(cls: type[Scheme]) -> type[Scheme]:
     return cls
 
 
+def unregister_scheme(cls: type[Scheme]) -> None:
+    """Remove `cls` (tests that register a toy one); its handlers stay, unreachable."""
+    if _SCHEMES.get((cls.name, cls.dtype)) is cls:
+        del _SCHEMES[(cls.name, cls.dtype)]
+
+
 def scheme_class(mode: str, dtype: str) -> type[Scheme]:
     """The registered scheme for a quantize step's mode and dtype; RecipeError naming the
     registered ones otherwise."""

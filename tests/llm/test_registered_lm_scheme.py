@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from compressor.schemes import Int4WeightOnly, apply_handler, register_scheme
+from compressor.schemes.base import unregister_scheme
 
 pytestmark = pytest.mark.slow
 
@@ -23,7 +24,6 @@ CONTEXT = 256
 PARAM, NODE = "model.layers.1.self_attn.o_proj.weight", "/model/layers.1/attn/o_proj/MatMulNBits"
 
 
-@register_scheme
 @dataclass(frozen=True)
 class FloorInt4(Int4WeightOnly):
     """int4 weight-only, each weight rounded toward -inf on its group's symmetric grid."""
@@ -59,6 +59,14 @@ def _floor(backend, state, scheme, ctx):
         zeros = torch.full(scales.shape, 8, dtype=torch.uint8)
         quantized[name] = QuantizedLinear(codes, scales, zeros, 4, plan.group_size)
     return state.replace(model=state.model.with_quantized(quantized))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def floor_scheme():
+    """Registered for this module's test only: other tests read the registered schemes."""
+    register_scheme(FloorInt4)
+    yield FloorInt4
+    unregister_scheme(FloorInt4)
 
 
 @pytest.fixture(scope="module")
