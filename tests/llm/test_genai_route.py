@@ -238,3 +238,20 @@ def test_a_family_the_builder_cannot_take_is_one_line(tmp_path, lm_tokenizer):
                            tmp_path / "model.onnx", ctx)
     message = str(caught.value)
     assert "\n" not in message and "GPT2LMHeadModel" in message and "tflite" in message
+
+
+def test_model_onnx_names_no_commit_of_the_project_around_the_environment(llama_int4):
+    """The builder stamps producer_version with `git rev-parse HEAD` beside its install: with
+    the environment inside a checkout (this repository's .venv), model.onnx changed bytes at
+    every commit of the checkout; the same input gives the same bytes."""
+    import subprocess
+    import sys
+
+    import onnx
+
+    model = onnx.load(str(llama_int4.folder / "model.onnx"), load_external_data=False)
+    around = subprocess.run(["git", "rev-parse", "HEAD"], cwd=sys.prefix, capture_output=True,
+                            text=True, check=False).stdout.strip()
+    assert model.producer_version.startswith("0.")
+    if around:   # an environment inside a git checkout: its commit must not be stamped
+        assert around[:7] not in model.producer_version, model.producer_version

@@ -40,7 +40,7 @@ def run_builder(source: Path, out: Path, precision: str, cache: Path, log: Path,
             repack = fast_gptq_repack() if fast_repack else contextlib.nullcontext()
             options = builder.parse_extra_options(None, str(source), str(out), precision, "cpu",
                                                   str(cache), [*EXTRA_OPTIONS, *extra])
-            with repack:
+            with repack, _no_git_above_the_environment():
                 builder.create_model(None, str(source), str(out), precision, "cpu", str(cache),
                                      **options)
     except NotImplementedError as exc:   # an architecture or tensor it does not know
@@ -65,6 +65,23 @@ def _import_builder():
             "the ONNX route of a language model needs onnxruntime-genai: "
             f"pip install onnxruntime-genai ({first_line(exc, 120)})") from None
     return builder
+
+
+@contextlib.contextmanager
+def _no_git_above_the_environment() -> Iterator[None]:
+    """The builder stamps model.onnx's producer_version with `git rev-parse HEAD` run beside its
+    install: where the Python environment sits inside a git checkout (a .venv in a project),
+    every commit of that project changed model.onnx's bytes. Git may not look above the
+    environment's root while it builds, so the stamp is the package's own."""
+    saved = os.environ.get("GIT_CEILING_DIRECTORIES")
+    os.environ["GIT_CEILING_DIRECTORIES"] = sys.prefix
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("GIT_CEILING_DIRECTORIES", None)
+        else:
+            os.environ["GIT_CEILING_DIRECTORIES"] = saved
 
 
 @contextlib.contextmanager
