@@ -272,8 +272,8 @@ def test_each_model_kind_has_the_capabilities_it_claims():
 
 # Bottom to top: a package imports only packages below it (and itself). The root module
 # (compressor/__init__.py) and the loose public modules above everything may import any.
-LAYERS = ("compressor.errors", "compressor.formats", "compressor.render", "compressor.decoders",
-          "compressor.schemes", "compressor.config", "compressor.core", "compressor.runtimes",
+LAYERS = ("compressor.errors", "compressor.registry", "compressor.formats", "compressor.render",
+          "compressor.decoders", "compressor.schemes", "compressor.config", "compressor.core", "compressor.runtimes",
           "compressor.devices", "compressor.export", "compressor.backends", "compressor.plan",
           "compressor.tasks", "compressor.passes", "compressor.report", "compressor.run",
           "compressor.cli")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from compressor.errors import BackendUnavailableError, ModelLoadError
+from compressor.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -37,23 +38,20 @@ class ModelKind:
     #                              "" : an import error is not caught (a broken install)
 
 
-_KINDS: dict[str, ModelKind] = {}
+_KINDS: Registry[ModelKind] = Registry("model kind")
 
 
 def register_kind(kind: ModelKind) -> ModelKind:
-    if kind.name in _KINDS:
-        raise RuntimeError(f"model kind {kind.name!r} registered twice")   # a programming error
-    _KINDS[kind.name] = kind
-    return kind
+    return _KINDS.add(kind.name, kind)
 
 
 def unregister_kind(name: str) -> None:
     """Remove a kind (tests that register a toy one)."""
-    _KINDS.pop(name, None)
+    _KINDS.remove(name)
 
 
 def registered_kinds() -> tuple[ModelKind, ...]:
-    return tuple(_KINDS.values())
+    return tuple(_KINDS)
 
 
 def detection_order() -> tuple[ModelKind, ...]:
@@ -63,10 +61,10 @@ def detection_order() -> tuple[ModelKind, ...]:
 
 def kind_named(name: str) -> ModelKind:
     if name not in _KINDS:
-        names = list(_KINDS)
+        names = _KINDS.names()
         raise BackendUnavailableError(f"no backend named {name!r}; use "
                                       f"{', '.join(names[:-1])} or {names[-1]}")
-    return _KINDS[name]
+    return _KINDS.get(name)
 
 
 def make_backend(name: str) -> Any:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from compressor.registry import Registry
+
 SLIDING, FULL = "sliding_attention", "full_attention"
 
 
@@ -62,51 +64,48 @@ class Family:
             object.__setattr__(self, "gguf_architecture", self.name)
 
 
-_FAMILIES: dict[str, Family] = {}
+_FAMILIES: Registry[Family] = Registry("family")
 
 
 def register_family(family: Family | None = None, /, **fields) -> Family:
     """Add a family: `register_family(name="llama", ...)` or `register_family(Family(...))`."""
     family = family or Family(**fields)
-    if family.name in _FAMILIES:
-        raise RuntimeError(f"family {family.name!r} registered twice")   # a programming error
-    _FAMILIES[family.name] = family
-    return family
+    return _FAMILIES.add(family.name, family)
 
 
 def unregister_family(name: str) -> None:
     """Remove a family (tests that register a toy one)."""
-    _FAMILIES.pop(name, None)
+    _FAMILIES.remove(name)
 
 
 def registered_families() -> tuple[Family, ...]:
-    return tuple(_FAMILIES.values())
+    return tuple(_FAMILIES)
 
 
 def family_names() -> list[str]:
-    return list(_FAMILIES)
+    return list(_FAMILIES.names())
 
 
 def find_family(model_type: str) -> Family | None:
     """The family a config's model_type names (its own name or an alias), if registered."""
     return _FAMILIES.get(model_type) or next(
-        (f for f in _FAMILIES.values() if model_type in f.aliases), None)
+        (f for f in _FAMILIES if model_type in f.aliases), None)
 
 
 def gguf_loadable_architectures() -> tuple[str, ...]:
     """The llama.cpp architectures whose .gguf files load here."""
-    return tuple(f.gguf_architecture for f in _FAMILIES.values() if f.gguf_loads)
+    return tuple(f.gguf_architecture for f in _FAMILIES if f.gguf_loads)
 
 
 def gguf_family(architecture: str) -> Family | None:
-    return next((f for f in _FAMILIES.values() if f.gguf_architecture == architecture), None)
+    return next((f for f in _FAMILIES if f.gguf_architecture == architecture), None)
 
 
 def family_from_tensors(fused: bool, norms: int, qk_norm: bool, q_bias: bool) -> Family:
     """The family a checkpoint's layer-0 tensor names point to: the candidates narrowed by
     fused projections, norms per layer, q/k norms and a q bias in turn (a test that would
     leave none is skipped), the first registered of what is left."""
-    candidates = list(_FAMILIES.values())
+    candidates = list(_FAMILIES)
     for matches in (lambda f: f.fused_projections == fused, lambda f: f.norms_per_layer == norms,
                     lambda f: f.qk_norm == qk_norm, lambda f: f.qkv_bias == q_bias):
         candidates = [f for f in candidates if matches(f)] or candidates

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from compressor.errors import ModelLoadError
+from compressor.registry import Registry
 
 @dataclass(frozen=True)
 class Format:
@@ -39,58 +40,55 @@ class Format:
         return bool(self.folder) and path.is_dir() and (path / self.folder).is_file()
 
 
-_FORMATS: dict[str, Format] = {}
+_FORMATS: Registry[Format] = Registry("format")
 
 
 def register_format(fmt: Format) -> Format:
     """Add `fmt`; the order of registration is the house order (report rows, --format hints)."""
-    if fmt.name in _FORMATS:
-        raise RuntimeError(f"format {fmt.name!r} registered twice")   # a programming error
-    _FORMATS[fmt.name] = fmt
-    return fmt
+    return _FORMATS.add(fmt.name, fmt)
 
 
 def unregister_format(name: str) -> None:
     """Remove a format (tests that register a toy one)."""
-    _FORMATS.pop(name, None)
+    _FORMATS.remove(name)
 
 
 def registered_formats() -> tuple[Format, ...]:
-    return tuple(_FORMATS.values())
-
-
-def format_names() -> tuple[str, ...]:
     return tuple(_FORMATS)
 
 
+def format_names() -> tuple[str, ...]:
+    return _FORMATS.names()
+
+
 def default_formats() -> tuple[str, ...]:
-    return tuple(f.name for f in _FORMATS.values() if f.default_export)
+    return tuple(f.name for f in _FORMATS if f.default_export)
 
 
 def format_named(name: str) -> Format:
     if name not in _FORMATS:
         raise ModelLoadError(f"unknown artifact format {name!r}; the formats are "
-                             f"{', '.join(_FORMATS)}")
-    return _FORMATS[name]
+                             f"{', '.join(_FORMATS.names())}")
+    return _FORMATS.get(name)
 
 
 def artifact_suffixes() -> tuple[str, ...]:
-    return tuple(f.suffix for f in _FORMATS.values())
+    return tuple(f.suffix for f in _FORMATS)
 
 
 def artifact_format(path: Path) -> Format | None:
     """The format of the artifact at `path`: a folder holding a format's marker file, else a
     file named with its suffix (which need not exist); None for anything else."""
     path = Path(path)
-    for fmt in _FORMATS.values():
+    for fmt in _FORMATS:
         if fmt.is_folder_artifact(path):
             return fmt
-    return next((f for f in _FORMATS.values() if path.suffix == f.suffix), None)
+    return next((f for f in _FORMATS if path.suffix == f.suffix), None)
 
 
 def format_of(path: Path) -> str:
     """The name of the format of the artifact file `path`; ModelLoadError for anything else."""
-    found = next((f for f in _FORMATS.values() if Path(path).suffix == f.suffix), None)
+    found = next((f for f in _FORMATS if Path(path).suffix == f.suffix), None)
     if found is None:
         raise ModelLoadError(f"{path}: not an artifact compressor can run; expected "
                              f"{' or '.join(artifact_suffixes())}")
@@ -111,7 +109,7 @@ class _Names(Sequence):
         return format_names()[index]
 
     def __len__(self) -> int:
-        return len(_FORMATS)
+        return len(_FORMATS.names())
 
     def __iter__(self) -> Iterator[str]:
         return iter(format_names())
@@ -127,10 +125,13 @@ class _Runtimes(Mapping):
     """Format name -> the runtime that runs it, read at each use."""
 
     def __getitem__(self, name: str) -> str:
-        return _FORMATS[name].runtime
+        fmt = _FORMATS.get(name)
+        if fmt is None:
+            raise KeyError(name)
+        return fmt.runtime
 
     def __len__(self) -> int:
-        return len(_FORMATS)
+        return len(_FORMATS.names())
 
     def __iter__(self) -> Iterator[str]:
         return iter(format_names())
