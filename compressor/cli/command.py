@@ -41,9 +41,10 @@ def _dispatch(argv: list[str]) -> int:
         return run_subcommand(argv[0], argv[1:])
     args = _compress_parser().parse_args(argv)
     if args.workers > 1:
+        from compressor.core.cluster import under_launcher
         from compressor.run import workers
 
-        if not workers.under_launcher():
+        if not under_launcher():
             from compressor.backends import framework_of
 
             return workers.launch(args.workers, workers.without_workers(argv),

@@ -20,7 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from compressor.core.cluster import rank, tf_config, tf_config_workers, under_launcher  # noqa: F401  (the launch reads them)
+# where this process stands (core/cluster.py), also asked for here by older callers
+from compressor.core.cluster import rank, tf_config, tf_config_workers, under_launcher  # noqa: F401
 
 STOP_GRACE_S = 10
 
