@@ -58,6 +58,11 @@ class Family:
     aliases: tuple[str, ...] = ()        # other model_type spellings of it ("gemma3")
     gguf_architecture: str = ""          # llama.cpp's general.architecture; "": the name
     gguf_loads: bool = False             # its .gguf files load here (standard blk.N.* names)
+    missing_routes: tuple[tuple[str, str], ...] = ()   # (format, why compressor cannot write
+    #                                      it): refused before any work, naming a route that works
+    layout: str = "standard"             # "standard": the q/k/v/o + gate/up/down tensors
+    #                                      shapes.py lists; "counted": transformers' own model
+    #                                      counted on the meta device (MoE, other tensor names)
 
     def __post_init__(self) -> None:
         if not self.gguf_architecture:
@@ -90,6 +95,11 @@ def find_family(model_type: str) -> Family | None:
     """The family a config's model_type names (its own name or an alias), if registered."""
     return _FAMILIES.get(model_type) or next(
         (f for f in _FAMILIES if model_type in f.aliases), None)
+
+
+def missing_route(family: Family | None, fmt: str) -> str | None:
+    """Why compressor cannot write `family` as `fmt` (None: it can, or nothing is known)."""
+    return dict(family.missing_routes).get(fmt) if family else None
 
 
 def gguf_loadable_architectures() -> tuple[str, ...]:

@@ -47,3 +47,24 @@ def random_lm_dir(tmp_path_factory, lm_tokenizer) -> Callable[[str], Path]:
         return built[family]
 
     return folder
+
+
+@pytest.fixture(scope="session")
+def bf16_lm_dir(tmp_path_factory, lm_tokenizer) -> Callable[[str], Path]:
+    """`bf16_lm_dir(family)`: a random-init tiny model of that family saved in bfloat16, as
+    the Hub's checkpoints are (tiny_lm.FAMILIES; "gemma3_hub": a Gemma 3 whose config.json is
+    in the Hub's original form, tiny_lm.gemma3_hub_form), built on first use."""
+    import torch
+
+    built: dict[str, Path] = {}
+
+    def folder(family: str) -> Path:
+        if family not in built:
+            base = "gemma3_text" if family == "gemma3_hub" else family
+            model = tiny_lm.random_lm(lm_tokenizer, base).to(torch.bfloat16)
+            path = tiny_lm.save_hf_folder(
+                model, lm_tokenizer, tmp_path_factory.mktemp(f"bf16-{family}") / f"tiny-{family}")
+            built[family] = tiny_lm.gemma3_hub_form(path) if family == "gemma3_hub" else path
+        return built[family]
+
+    return folder

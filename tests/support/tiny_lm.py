@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,8 +21,15 @@ from compressor.backends.llm.examples import (  # noqa: F401  (the tests read th
     free_cpus, save_hf_folder)
 from compressor.tasks.lm.text_data import SEPARATOR, TextData, bos_token_id
 
-FAMILIES = ("llama", "llama3", "qwen2", "gemma2", "phi3", "mistral")
+FAMILIES = ("llama", "llama3", "qwen2", "gemma2", "phi3", "mistral", "gemma", "gemma3_text",
+            "granite", "olmo2", "smollm3", "qwen3_moe", "mixtral", "gpt2", "gpt_neox")
 TIED = {"llama": True, "llama3": True, "qwen2": True, "gemma2": True, "phi3": False, "mistral": False}
+CONFIG_CLASSES = {"llama": "LlamaConfig", "llama3": "LlamaConfig", "qwen2": "Qwen2Config",
+                  "gemma2": "Gemma2Config", "phi3": "Phi3Config", "mistral": "MistralConfig",
+                  "gemma": "GemmaConfig", "gemma3_text": "Gemma3TextConfig",
+                  "granite": "GraniteConfig", "olmo2": "Olmo2Config", "smollm3": "SmolLM3Config",
+                  "qwen3_moe": "Qwen3MoeConfig", "mixtral": "MixtralConfig",
+                  "gpt2": "GPT2Config", "gpt_neox": "GPTNeoXConfig"}
 FAMILY_EXTRAS = {
     # what Llama 3.x checkpoints carry and toy configs lack: RoPE scaled by rope_type llama3
     # (frequencies below the original context stretched 8x), widths that are not powers of two
@@ -33,7 +41,23 @@ FAMILY_EXTRAS = {
                                     "rope_theta": 500000.0}),
     "gemma2": dict(query_pre_attn_scalar=16),            # 1/sqrt(head_dim) scaling, as Gemma 2
     "phi3": dict(original_max_position_embeddings=512),  # fused qkv / gate_up projections
+    # one sliding and one full layer, a window shorter than the test windows
+    "gemma3_text": dict(layer_types=["sliding_attention", "full_attention"], sliding_window=64,
+                        query_pre_attn_scalar=16),
+    # Granite's four scalars away from 1, as the released checkpoints have them
+    "granite": dict(embedding_multiplier=12.0, attention_multiplier=0.0625,
+                    residual_multiplier=0.22, logits_scaling=8.0),
+    "smollm3": dict(no_rope_layer_interval=2),   # layer 1 without RoPE, as SmolLM3's every 4th
+    # mixtures of experts: 4 experts of MLP width 32, 2 per token
+    "qwen3_moe": dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                      norm_topk_prob=True),
+    "mixtral": dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=32),
 }
+# The Hub's original gemma-3 config.json (before transformers 5's `rope_parameters` per layer
+# type): what `gemma3_hub_form` rewrites a saved tiny Gemma 3 folder's config into.
+GEMMA3_HUB_KEYS = {"rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+                   "rope_scaling": None, "sliding_window_pattern": 2,
+                   "architectures": ["Gemma3ForCausalLM"], "cache_implementation": "hybrid"}
 
 
 def builtin_texts() -> tuple[str, str]:
@@ -54,13 +78,12 @@ def tiny_config(family: str, vocab_size: int, **overrides: Any) -> Any:
     for phi3, mistral (transformers' defaults for the rest)."""
     import transformers
 
-    classes = {"llama": "LlamaConfig", "llama3": "LlamaConfig", "qwen2": "Qwen2Config",
-               "gemma2": "Gemma2Config", "phi3": "Phi3Config", "mistral": "MistralConfig"}
-    if family not in classes:
+    if family not in CONFIG_CLASSES:
         raise ValueError(f"family {family!r} is not one of {FAMILIES}")
-    settings = {**TINY, "vocab_size": vocab_size, "tie_word_embeddings": TIED[family],
-                **FAMILY_EXTRAS.get(family, {}), **overrides}
-    return getattr(transformers, classes[family])(**settings)
+    settings = {**TINY, "vocab_size": vocab_size, **FAMILY_EXTRAS.get(family, {}), **overrides}
+    if family in TIED:
+        settings.setdefault("tie_word_embeddings", TIED[family])
+    return getattr(transformers, CONFIG_CLASSES[family])(**settings)
 
 
 def random_lm(tokenizer: Any, family: str = "llama", seed: int = 0, **overrides: Any) -> Any:
@@ -71,6 +94,20 @@ def random_lm(tokenizer: Any, family: str = "llama", seed: int = 0, **overrides:
     torch.manual_seed(seed)
     config = tiny_config(family, len(tokenizer), **overrides)
     return AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+
+
+def gemma3_hub_form(folder: Path) -> Path:
+    """Rewrite a saved tiny Gemma 3's config.json as the Hub's original gemma-3 files are
+    written (rope_theta / rope_local_base_freq / sliding_window_pattern, no rope_parameters
+    nor layer_types); returns the folder."""
+    import json
+
+    path = Path(folder) / "config.json"
+    config = json.loads(path.read_text())
+    for key in ("rope_parameters", "layer_types", "_sliding_window_pattern"):
+        config.pop(key, None)
+    path.write_text(json.dumps({**config, **GEMMA3_HUB_KEYS}, indent=2))
+    return Path(folder)
 
 
 def train_tiny_lm(tokenizer: Any, texts: str | list[str], family: str = "llama",
