@@ -4,6 +4,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 
+WARNING = "warning:"
+
 
 class Progress:
     """A thin layer over rich so that backends report progress without knowing the terminal."""
@@ -12,8 +14,14 @@ class Progress:
         self.quiet = quiet
 
     def info(self, message: str) -> None:
-        if not self.quiet:
-            self._console().print(message, highlight=False)
+        """One status line, never hard-wrapped (the terminal folds a long one). A multi-line
+        `warning:` message gets the prefix on every line."""
+        if self.quiet:
+            return
+        if message.startswith(WARNING) and "\n" in message:
+            message = "\n".join(line if line.startswith(WARNING) else f"{WARNING} {line}"
+                                 for line in message.splitlines())
+        self._console().print(message, highlight=False, soft_wrap=True)
 
     @contextlib.contextmanager
     def task(self, description: str, total: int) -> Iterator[Callable[[int], None]]:
