@@ -33,6 +33,7 @@ OUR_FILES = ("report.json", "report.md", "report.html", "sweep.csv", "sweep.html
 OUR_PREFIXES = ("model.",)
 
 _held: dict[Path, int] = {}   # resolved --out -> lock file descriptor, locks this process holds
+_removing: set[Path] = set()  # work folders a removed_after body is running for
 
 
 # ----------------------------------------------------------------------- checking --out
@@ -199,7 +200,14 @@ def removed_after(workdir: Path) -> Iterator[None]:
     """Remove `workdir` when the body ends, however it ends. An error whose message cites a log
     inside it keeps that log in the temp dir and is rewritten to cite the kept copy.
     Meanwhile TMPDIR points into `workdir`, so what libraries and converters write to temp
-    files goes with it too (and is reaped with it after a kill -9)."""
+    files goes with it too (and is reaped with it after a kill -9). Re-entrant: a nested
+    call for the same folder leaves it all to the outer one (else the inner one removed the
+    folder before the outer one could keep a log, and kept its copy inside the folder)."""
+    workdir = Path(workdir)
+    if workdir in _removing:
+        yield
+        return
+    _removing.add(workdir)
     saved = os.environ.get("TMPDIR"), tempfile.tempdir
     private = Path(workdir) / "tmp"
     private.mkdir(parents=True, exist_ok=True)
@@ -211,6 +219,7 @@ def removed_after(workdir: Path) -> Iterator[None]:
         _keep_cited_logs(exc, Path(workdir))
         raise
     finally:
+        _removing.discard(workdir)
         _restore_tmpdir(*saved)
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -115,22 +115,27 @@ def _export_all(session: Session, state: ModelState, staging: Path) -> dict[str,
                                             staging / f"model.{fmt}", session.ctx)
         except BackendUnavailableError as exc:
             first_error = first_error or exc
+            kept = _kept_logs(exc, session.ctx.workdir, staging, session.out_dir)
             error = first_line(exc, FORMAT_ERROR_CHARS)
-            session.record.add_failed_format({"format": fmt, "error": error,
-                                              "logs": _kept_logs(session.ctx.workdir, staging)})
+            session.record.add_failed_format({"format": fmt, "error": error, "logs": kept})
             session.ctx.progress.info(f"warning: {fmt} not produced: {error}")
         session.record.add_timing(f"export_{fmt}", time.perf_counter() - started)
     if not artifacts and first_error is not None:
+        if (staging / "logs").is_dir():
+            publish(staging, session.out_dir)   # --out holds the logs the error cites
         raise first_error
     return artifacts
 
 
-def _kept_logs(workdir: Path, staging: Path) -> str | None:
-    """The run's converter logs, copied into the published folder (the work folder goes)."""
+def _kept_logs(exc: BaseException, workdir: Path, staging: Path, out: Path) -> str | None:
+    """The run's converter logs, copied into the published folder (the work folder goes);
+    `exc`'s message is rewritten to cite the copy in --out/logs/."""
     logs = Path(workdir) / "logs"
     if not logs.is_dir():
         return None
     shutil.copytree(logs, staging / "logs", dirs_exist_ok=True)
+    if exc.args and isinstance(exc.args[0], str):
+        exc.args = (exc.args[0].replace(str(logs), str(Path(out) / "logs")), *exc.args[1:])
     return "logs/"
 
 
