@@ -39,3 +39,31 @@ def test_a_failed_conversion_cites_its_log_in_out(random_lm_dir, tmp_path, monke
     left = [p.name for p in Path(tempfile.gettempdir()).iterdir()
             if re.match(r"compressor-(logs|work)-", p.name)]
     assert not left, left
+
+
+def _exit_code_rows(text: str) -> dict[str, str]:
+    rows = re.findall(r"^\| \**(\d+)\** \| (.*) \|$", text, flags=re.MULTILINE)
+    return {code: meaning for code, meaning in rows}
+
+
+@pytest.mark.slow
+def test_the_only_requested_format_failing_exits_2_as_documented(random_lm_dir, tmp_path,
+                                                                   monkeypatch, capsys):
+    """README said exit 5 for a format that could not be produced; with no other format
+    produced the run exits 2 (the converter's error), and both tables say so."""
+    import compressor.backends.llm.genai_builder as genai_builder
+    from compressor.cli import main
+    from conftest import REPO
+
+    monkeypatch.setattr(genai_builder, "_import_builder", _RefusingBuilder)
+    out = tmp_path / "out"
+    code = main(["--recipe", "fp16", str(random_lm_dir("llama")), "--out", str(out),
+                 "--format", "onnx", "--no-latency"])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert code == 2
+    assert errors == [f"error: onnxruntime-genai's model builder failed: ValueError: no such op "
+                      f"(log: {out / 'logs' / 'genai_builder.log'})"]
+    for doc in ("README.md", "docs/cli.md"):
+        rows = _exit_code_rows((REPO / doc).read_text())
+        assert "none of the requested formats could be converted" in rows["2"], (doc, rows["2"])
+        assert "at least one other format was converted" in rows["5"], (doc, rows["5"])
