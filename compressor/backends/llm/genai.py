@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from compressor.backends.llm.genai_builder import run_builder
-from compressor.backends.llm.gptq_format import save_tokenizer_and_generation, write_gptq_folder
+from compressor.backends.llm.gptq_format import (builder_config, save_tokenizer_and_generation,
+                                                  write_gptq_folder)
 from compressor.errors import BackendUnavailableError
 from compressor.core.memory import trim_heap
 
@@ -78,11 +79,19 @@ def _builder_input(loaded: Any, bits: int, folder: Path) -> Path:
         raise BackendUnavailableError(f"a float{bits} export of a quantized model: its integers "
                                       "would be lost; export int4 / int8 instead")
     source = loaded.source
-    if source is not None and Path(source).is_dir() and any(Path(source).glob("*.safetensors")):
-        return Path(source)   # the checkpoint as it is: nothing to write
+    config = loaded.model.config.to_dict()
+    wanted = builder_config(config, type(loaded.model).__name__)
     folder.mkdir(parents=True, exist_ok=True)
-    loaded.model.save_pretrained(str(folder))
-    save_tokenizer_and_generation(loaded, folder)
+    if source is not None and Path(source).is_dir() and any(Path(source).glob("*.safetensors")):
+        if wanted.get("rope_parameters") == config.get("rope_parameters"):
+            return Path(source)   # the checkpoint as it is: nothing to write
+        for item in Path(source).iterdir():   # its files, with the config the builder reads
+            if item.name != "config.json":
+                (folder / item.name).symlink_to(item.resolve())
+    else:
+        loaded.model.save_pretrained(str(folder))
+        save_tokenizer_and_generation(loaded, folder)
+    (folder / "config.json").write_text(json.dumps(wanted, indent=2, default=str))
     return folder
 
 

@@ -40,7 +40,7 @@ def run_builder(source: Path, out: Path, precision: str, cache: Path, log: Path,
             repack = fast_gptq_repack() if fast_repack else contextlib.nullcontext()
             options = builder.parse_extra_options(None, str(source), str(out), precision, "cpu",
                                                   str(cache), [*EXTRA_OPTIONS, *extra])
-            with repack, _no_git_above_the_environment():
+            with repack, builder_fixes(), _no_git_above_the_environment():
                 builder.create_model(None, str(source), str(out), precision, "cpu", str(cache),
                                      **options)
     except NotImplementedError as exc:   # an architecture or tensor it does not know
@@ -65,6 +65,47 @@ def _import_builder():
             "the ONNX route of a language model needs onnxruntime-genai: "
             f"pip install onnxruntime-genai ({first_line(exc, 120)})") from None
     return builder
+
+
+@contextlib.contextmanager
+def builder_fixes() -> Iterator[None]:
+    """The builder's SmolLM3 (builders/smollm.py) fixed inside the block (restored after).
+
+    SmolLM3 leaves RoPE out of the layers where `no_rope_layers[i]` is 0. The builder's
+    SmolLM3Model toggles `use_rope_in_attn` per layer instead: for such a layer it asks for a
+    separate RotaryEmbedding op fed by the `position_ids` input, which the CPU graph (RoPE
+    fused into GroupQueryAttention) does not have (KeyError 'position_ids'), and would rotate
+    where the model does not. `_smollm3_attention` builds those layers without any rotary
+    embedding; the per-layer window is the base class's (`layer_types`). Patched on both names
+    the builder's classes go by (see genai_repack.fast_gptq_repack)."""
+    import importlib
+
+    import onnxruntime_genai.models  # noqa: F401  (adds the builders' folder to sys.path)
+
+    saved = []
+    for package in ("", "onnxruntime_genai.models."):
+        cls = importlib.import_module(f"{package}builders.smollm").SmolLM3Model
+        saved.append((cls, cls.__dict__["make_attention"]))
+        cls.make_attention = _smollm3_attention(cls.__mro__[1])
+    try:
+        yield
+    finally:
+        for cls, original in saved:
+            cls.make_attention = original
+
+
+def _smollm3_attention(parent: type):
+    """SmolLM3Model.make_attention: `parent`'s, without RoPE where the model has none."""
+    def make_attention(self, layer_id, attention, root_input, **kwargs):
+        attrs = self.attention_attrs
+        saved = attrs["rope"], attrs["use_rope_in_attn"]
+        if not self.no_rope_layers[layer_id]:
+            attrs["rope"] = attrs["use_rope_in_attn"] = False
+        try:
+            parent.make_attention(self, layer_id, attention, root_input, **kwargs)
+        finally:
+            attrs["rope"], attrs["use_rope_in_attn"] = saved
+    return make_attention
 
 
 @contextlib.contextmanager

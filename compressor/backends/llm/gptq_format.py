@@ -112,12 +112,34 @@ def write_gptq_folder(loaded: LoadedLm, folder: Path) -> Path:
         tensors += lazy_gptq_tensors(name, weight)
     save_streamed(tensors, folder / "model.safetensors", metadata={"format": "pt"})
 
-    config = model.config.to_dict()
-    config["architectures"] = [type(model).__name__]
+    config = builder_config(model.config.to_dict(), type(model).__name__)
     config["quantization_config"] = quantization_config(loaded)
     (folder / "config.json").write_text(json.dumps(config, indent=2, default=str))
     save_tokenizer_and_generation(loaded, folder)
     return folder
+
+
+def builder_config(config: dict, architecture: str) -> dict:
+    """The config.json the builder reads (`config`: transformers' `to_dict()` of the model's
+    config, so the Hub's original and transformers 5's forms arrive alike).
+
+    RoPE given per layer type (transformers 5 keeps Gemma 3's as {"full_attention": {...},
+    "sliding_attention": {...}} whichever form config.json had): the builder 0.18 reads
+    `rope_parameters["rope_type"]` (KeyError 'rope_type') and Gemma 3's `rope_local_base_freq`.
+    The global layers' parameters go beside the per-type ones too (transformers validates
+    only the per-type entries, and reads those), with the sliding layers' theta as
+    `rope_local_base_freq`; the builder lifts every key of `rope_parameters` onto its config."""
+    config = {**config, "architectures": [architecture]}
+    rope = config.get("rope_parameters")
+    per_type = {key: value for key, value in (rope or {}).items()
+                if key in set(config.get("layer_types") or ()) and isinstance(value, dict)}
+    if per_type and "rope_type" not in rope:
+        full = per_type.get("full_attention") or next(iter(per_type.values()))
+        flat = {**rope, **full}
+        if "sliding_attention" in per_type and "rope_theta" in per_type["sliding_attention"]:
+            flat["rope_local_base_freq"] = per_type["sliding_attention"]["rope_theta"]
+        config["rope_parameters"] = flat
+    return config
 
 
 def linear_weights(loaded: LoadedLm) -> dict[str, QuantizedLinear]:
