@@ -16,7 +16,11 @@ class ArrayTask:
     metric_lower_is_better: ClassVar[bool] = False   # mse drops into `drop` the same way
 
     def before_load(self, request: OpenRequest) -> dict[str, Any] | None:
-        return None   # nothing to check before the model is loaded
+        """A language-model recipe is refused here (exit 2), before the model is loaded."""
+        from compressor.tasks.array.recipe_fit import check_recipe_fits
+
+        check_recipe_fits(request.recipe, request.model_ref)
+        return None
 
     def open(self, request: OpenRequest, backend: Any, model: Any) -> Opened:
         from compressor.tasks.array.session import open_array
