@@ -177,19 +177,37 @@ def test_each_mistake_is_one_line_naming_the_fix(tmp_path):
 
 def test_too_little_text_says_how_many_tokens_and_which_keys_to_lower(tmp_path):
     path = _numbers(tmp_path)     # 4000 calibration tokens, 1000 held out
-    assert _error(lambda: TextData(path, calibration_windows=100, window=64).windows(
+    assert _error(lambda: TextData(path, calibration_windows=100, window=1000).windows(
         NumberTokenizer())) == (
-        "text data numbers.txt: its calibration part has 4000 tokens, 100 windows of 64 need "
-        "6400; give more text or lower the recipe's `calibration_windows` or `window`")
-    assert _error(lambda: TextData(path, calibration_windows=4, eval_windows=16, window=65).windows(
+        "text data numbers.txt: its calibration part has 4000 tokens, 4 windows of 1000; at "
+        "least 8 calibration windows are needed (100 asked for; fewer are used, down to 8): "
+        "give more text or lower the recipe's `window` or `calibration_windows`")
+    assert _error(lambda: TextData(path, calibration_windows=4, eval_windows=16, window=301).windows(
         NumberTokenizer(bos=1))) == (
-        "text data numbers.txt: its evaluation part has 1000 tokens, 16 windows of 64 need "
-        "1024; give more text or lower the recipe's `eval_windows` or `window`")
+        "text data numbers.txt: its evaluation part has 1000 tokens, 3 windows of 300; at "
+        "least 4 evaluation windows are needed (16 asked for; fewer are used, down to 4): "
+        "give more text or lower the recipe's `window` or `eval_windows`")
     one = tmp_path / "one.txt"
     one.write_text(" ".join(str(i) for i in range(100)))   # one paragraph: cut at 80%
     calibration, evaluation = TextData(one, calibration_windows=2, eval_windows=1,
                                        window=20).windows(NumberTokenizer())
     assert calibration.max() - 10 < evaluation.min() - 10
+
+
+def test_short_text_uses_the_windows_that_fit_and_says_so(tmp_path):
+    """A user's short text was refused when the held-out part held fewer windows than asked
+    for (16 by default); the windows that fit are used, down to 4 (8 for calibration)."""
+    path = _numbers(tmp_path)     # 4000 calibration tokens, 1000 held out
+    data = TextData(path, calibration_windows=50, eval_windows=16, window=100)
+    calibration, evaluation = data.windows(NumberTokenizer())
+    assert calibration.shape == (40, 100) and evaluation.shape == (10, 100)
+    assert np.array_equal(evaluation[:, 0] - 10, np.arange(4000, 5000, 100))   # all of it
+    assert data.short_note(calibration, evaluation) == (
+        "warning: text data numbers.txt is short: 40 calibration windows of 100 tokens used "
+        "instead of 50, 10 evaluation windows instead of 16 (at least 8 and 4 are needed); "
+        "more text gives steadier numbers")
+    full = TextData(path, calibration_windows=8, eval_windows=4, window=100)
+    assert full.short_note(*full.windows(NumberTokenizer())) is None
 
 
 @pytest.mark.slow
@@ -208,3 +226,24 @@ def test_the_trained_tiny_lm_predicts_held_out_text_far_better_than_chance(train
     assert trained < unigram / 2.5 and trained < untrained / 6
     assert sorted(re.sub(r"\.\w+$", "", p.name) for p in trained_lm_dir.iterdir()) == [
         "chat_template", "config", "generation_config", "model", "tokenizer", "tokenizer_config"]
+
+
+@pytest.mark.slow
+def test_a_users_short_text_opens_a_run_with_one_warning(random_lm_dir, tmp_path, capsys):
+    """A user text whose held-out part holds 9 windows of 256 (16 asked for) was refused."""
+    import shutil
+
+    from compressor.core.memory import stop_sampling
+    from compressor.run.session import open_session
+
+    short = tmp_path / "short.txt"
+    short.write_text("\n\n".join(TextData().units()[:80]), encoding="utf-8")
+    session = open_session(str(random_lm_dir("llama")), "fp16", data=str(short),
+                           out_dir=tmp_path / "out", formats=("onnx",), latency=False)
+    shutil.rmtree(session.ctx.workdir)
+    stop_sampling()
+    assert session.ctx.data.val[0].shape == (9, 256)
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert warnings == ["warning: text data short.txt is short: 9 evaluation windows of 256 "
+                        "tokens used instead of 16 (at least 4 are needed); more text gives "
+                        "steadier numbers"]

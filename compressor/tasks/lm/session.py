@@ -93,7 +93,7 @@ def open_lm(request: OpenRequest, backend: Any, loaded: Any) -> Opened:
     validation = lm_validation(recipe)
     check_quantize_steps(loaded, recipe)
     progress = Progress(quiet=request.quiet)
-    data = text_windows(loaded, request.data, window_settings(recipe, validation))
+    data = text_windows(loaded, request.data, window_settings(recipe, validation), progress)
     info = backend.describe(loaded)
     x_val = data.val[0]
     progress.info(f"reference: the original model on {len(x_val)} held-out windows of "

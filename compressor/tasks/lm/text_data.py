@@ -10,7 +10,8 @@ prepended to every window exactly when the tokenizer adds one to encoded text it
 Gemma: yes; Qwen2, GPT-2: no), so windows look like what the model saw in training; the BOS is
 one of the `window` tokens. Calibration windows are drawn at random (`seed`); evaluation windows
 are spread evenly over the tail and do not depend on the seed, so every run of a sweep is
-scored on the same text.
+scored on the same text. A text too short for the windows asked for gives the windows that fit,
+down to MINIMUM_WINDOWS per part (fewer is a DataError); `short_note` says so in one line.
 
 Framework-free: the tokenizer is only called, never imported.
 """
@@ -34,6 +35,8 @@ MAX_PART_CHARS = 16_000_000   # windows come from at most this much of each part
 SEPARATOR = "\n\n"
 _FORMATS = "a UTF-8 .txt file, a .jsonl file with a \"text\" field per line, or `text`"
 _FIELD_MINIMUM = {"calibration_windows": 1, "eval_windows": 1, "window": 2}
+# The fewest windows a part may be cut into when its text is short (unless fewer are asked for)
+MINIMUM_WINDOWS = {"calibration": 8, "evaluation": 4}
 
 
 def is_text_data_ref(value: Any) -> bool:
@@ -107,16 +110,35 @@ class TextData:
                 for part in (calibration, evaluation))
         return calibration, evaluation
 
+    def short_note(self, calibration: np.ndarray, evaluation: np.ndarray) -> str | None:
+        """The one `warning:` line for windows cut from a short text (fewer than asked for),
+        else None."""
+        short = [(part, len(got), asked) for part, got, asked in (
+            ("calibration", calibration, self.calibration_windows),
+            ("evaluation", evaluation, self.eval_windows)) if len(got) < asked]
+        if not short:
+            return None
+        used = ", ".join(f"{got} {part} windows{f' of {self.window} tokens' if i == 0 else ''}"
+                         f"{' used' if i == 0 else ''} instead of {asked}"
+                         for i, (part, got, asked) in enumerate(short))
+        least = " and ".join(str(min(asked, MINIMUM_WINDOWS[part])) for part, _, asked in short)
+        return (f"warning: text data {self.name} is short: {used} (at least {least} "
+                f"{'is' if least == '1' else 'are'} needed); more text gives steadier numbers")
+
     def _cut(self, ids: np.ndarray, body: int, count: int, part: str,
              rng: np.random.Generator | None) -> np.ndarray:
-        """`count` disjoint slices of `body` tokens: random ones with `rng`, else evenly spread."""
+        """`count` disjoint slices of `body` tokens (fewer when the text is short, down to
+        MINIMUM_WINDOWS): random ones with `rng`, else evenly spread."""
         slots = len(ids) // body
-        if slots < count:
+        least = min(count, MINIMUM_WINDOWS[part])
+        if slots < least:
             key = "calibration_windows" if part == "calibration" else "eval_windows"
             raise DataError(
-                f"text data {self.name}: its {part} part has {len(ids)} tokens, {count} windows "
-                f"of {body} need {count * body}; give more text or lower the recipe's "
-                f"`{key}` or `window`")
+                f"text data {self.name}: its {part} part has {len(ids)} tokens, {slots} windows "
+                f"of {body}; at least {least} {part} windows are needed ({count} asked for; "
+                f"fewer are used, down to {MINIMUM_WINDOWS[part]}): give more text or lower "
+                f"the recipe's `window` or `{key}`")
+        count = min(count, slots)
         if rng is None:
             chosen = np.floor(np.linspace(0, slots - 1, count)).astype(np.int64)
         else:

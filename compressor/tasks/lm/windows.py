@@ -8,9 +8,11 @@ from compressor.core.context import Data
 from compressor.errors import DataError
 
 
-def text_windows(model: LoadedLm, data: Any, windows: dict[str, int | None]) -> Data:
+def text_windows(model: LoadedLm, data: Any, windows: dict[str, int | None],
+                 progress: Any = None) -> Data:
     """Data(train=(calibration windows, None), val=(held-out windows, None)): token ids
-    [n, T] int64; the next tokens are the labels, so there are none besides."""
+    [n, T] int64; the next tokens are the labels, so there are none besides. A short text
+    gives fewer windows than asked for: one `warning:` line on `progress` says how many."""
     from compressor.tasks.lm.text_data import resolve_text_data
 
     if data == "digits":   # the classifier default: a language model's is the built-in text
@@ -25,6 +27,9 @@ def text_windows(model: LoadedLm, data: Any, windows: dict[str, int | None]) -> 
         raise DataError(f"windows of {text.window} tokens are longer than the model's "
                         f"{limit}-token context; set the recipe's validate.window <= {limit}")
     calibration, evaluation = text.windows(model.tokenizer)
+    note = text.short_note(calibration, evaluation)
+    if note and progress is not None:
+        progress.info(note)
     vocab = model.config.vocab_size
     if max(calibration.max(), evaluation.max()) >= vocab:
         raise DataError(f"the tokenizer gives token ids up to {max(calibration.max(), evaluation.max())}"
