@@ -54,8 +54,9 @@ def check_plan_fits(model: Any, recipe: Recipe, target: str | None, context: int
                     force_plan: bool) -> dict | None:
     """`compress plan`'s verdict before any work: a recipe (built-in or a user's file) whose
     plan cannot fit the target is refused (exit 4) unless --force-plan; the plan of one that
-    fits (report.json `plan`)."""
-    if target is None or force_plan or not isinstance(model, (str, Path)):
+    fits (report.json `plan`). A model that is no path or built-in name (`module:function`, a
+    Python object) has no shapes to read yet: `plan_loaded` plans it once loaded."""
+    if target is None or force_plan or not planned_before_loading(model):
         return None
     from compressor.decoders.headers import describe
     from compressor.plan import plan_gate
@@ -63,6 +64,29 @@ def check_plan_fits(model: Any, recipe: Recipe, target: str | None, context: int
     shape = describe(str(model)).shape
     limit = shape.max_position_embeddings if shape else DEFAULT_CONTEXT
     return plan_gate(str(model), recipe, target, context or min(limit, DEFAULT_CONTEXT))
+
+
+def planned_before_loading(model: Any) -> bool:
+    """Whether `check_plan_fits` reads `model`'s plan before loading: a path, a built-in name
+    (not a `module:function` reference, whose model exists only once it is called)."""
+    from compressor.backends.model_kinds import is_callable_ref
+
+    if not isinstance(model, (str, Path)):
+        return False
+    return Path(model).exists() or not is_callable_ref(str(model))
+
+
+def plan_loaded(request: OpenRequest, loaded: Any) -> dict | None:
+    """The plan `check_plan_fits` could not make before loading, from the loaded model's
+    config: refused (DeviceBudgetError, exit 4) when it does not fit, else the plan."""
+    if request.target is None or request.force_plan or planned_before_loading(request.model_ref):
+        return None
+    from compressor.plan import plan_gate
+
+    config = loaded.model.config.to_dict()
+    limit = config.get("max_position_embeddings") or DEFAULT_CONTEXT
+    return plan_gate(config, request.recipe, request.target,
+                     request.context or min(limit, DEFAULT_CONTEXT))
 
 
 def check_quantize_steps(loaded: Any, recipe: Recipe) -> None:
@@ -91,6 +115,7 @@ def open_lm(request: OpenRequest, backend: Any, loaded: Any) -> Opened:
                          "by perplexity on held-out text")
     recipe = request.recipe
     validation = lm_validation(recipe)
+    planned = plan_loaded(request, loaded)   # module:function: planned once loaded
     check_quantize_steps(loaded, recipe)
     progress = Progress(quiet=request.quiet)
     data = text_windows(loaded, request.data, window_settings(recipe, validation), progress)
@@ -108,6 +133,8 @@ def open_lm(request: OpenRequest, backend: Any, loaded: Any) -> Opened:
                   formats=request.formats, validation=validation, reference_outputs=reference,
                   baseline_value=baseline, inputs=info.inputs, outputs=info.outputs,
                   context=kv_context)
+    if planned is not None:   # report.json `plan`, as a path's plan before loading
+        ctx.record.add_note("plan", planned)
     if loaded.notes:   # what loading decided (a .gguf's grids kept): report.json `notes`
         ctx.record.add_note("notes", list(loaded.notes))
         for note in loaded.notes:
