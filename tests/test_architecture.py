@@ -365,7 +365,8 @@ REGISTERED_NAMES = {
     "formats": ({"tflite", "onnx", ".tflite", ".onnx"},
                 ("compressor.formats", "compressor.backends.kinds", "compressor.runtimes.tflite",
                  "compressor.config.recipe")),
-    "families": ({"llama", "qwen2", "qwen3", "gemma2", "phi3", "mistral", "gemma", "granite"},
+    "families": ({"llama", "qwen2", "qwen3", "gemma2", "phi3", "mistral", "gemma", "granite",
+                  "olmo2", "smollm3", "qwen3_moe", "mixtral", "gpt2", "gpt_neox"},
                  ("compressor.decoders.families",)),
 }
 

@@ -2,9 +2,12 @@
 transformers config class assumes when config.json leaves a key out (transformers 5.x
 defaults) and how the family lays out its tensors, sliding windows and rotary caches.
 
-Adding a dense family is one `register_family(...)` (the built-in seven are at the bottom):
+Adding a dense family is one `register_family(...)` (the built-in ones are at the bottom):
 shapes.py turns a config of it into a ModelShape, infer.py recognises its tensor names,
-gguf_header.py its llama.cpp architecture, and `compress plan` counts it. Pure Python.
+gguf_header.py its llama.cpp architecture, and `compress plan` counts it. A family whose
+tensors the standard inventory does not describe (mixtures of experts, other tensor names)
+says `layout="counted"`: its tensors are listed from transformers' own model built on the
+meta device (decoders/counting.py's hook). Pure Python.
 """
 from __future__ import annotations
 
@@ -112,10 +115,10 @@ def gguf_family(architecture: str) -> Family | None:
 
 
 def family_from_tensors(fused: bool, norms: int, qk_norm: bool, q_bias: bool) -> Family:
-    """The family a checkpoint's layer-0 tensor names point to: the candidates narrowed by
+    """The standard-layout family a checkpoint's layer-0 tensor names point to: narrowed by
     fused projections, norms per layer, q/k norms and a q bias in turn (a test that would
     leave none is skipped), the first registered of what is left."""
-    candidates = list(_FAMILIES)
+    candidates = [f for f in _FAMILIES if f.layout == "standard"]
     for matches in (lambda f: f.fused_projections == fused, lambda f: f.norms_per_layer == norms,
                     lambda f: f.qk_norm == qk_norm, lambda f: f.qkv_bias == q_bias):
         candidates = [f for f in candidates if matches(f)] or candidates
@@ -140,3 +143,25 @@ register_family(name="gemma3_text", tie_word_embeddings=True, head_dim=256, qk_n
                 rope_caches="global_local", aliases=("gemma3",), gguf_architecture="gemma3")
 register_family(name="phi3", fused_projections=True, sliding=Sliding(every_layer=True),
                 rope_caches="long_short")
+register_family(name="gemma", tie_word_embeddings=True, head_dim=256)   # Gemma 1 (norms: io dtype)
+register_family(name="granite", mlp_bias=True)
+register_family(name="smollm3", tie_word_embeddings=True, mlp_bias=True,
+                sliding=Sliding(opt_in=True))
+
+# Counted families: transformers' own model on the meta device lists their tensors
+# (backends/llm/meta_shapes.py), since the standard inventory above does not describe them.
+_NO_BUILDER = "onnxruntime-genai's model builder has no route for this mixture of experts; export tflite"
+register_family(name="olmo2", layout="counted", missing_routes=(
+    ("onnx", "onnxruntime-genai's model builder has no OLMo 2 (its OlmoForCausalLM is OLMo 1); "
+             "export tflite"),))
+register_family(name="qwen3_moe", layout="counted",
+                sliding=Sliding(opt_in=True), missing_routes=(("onnx", _NO_BUILDER),))
+register_family(name="mixtral", layout="counted", missing_routes=(("onnx", _NO_BUILDER),))
+register_family(name="gpt2", layout="counted", missing_routes=(
+    ("onnx", "onnxruntime-genai's model builder has no GPT-2 route"),
+    ("tflite", "the LiteRT route converts rotary-attention decoders with gated MLPs; GPT-2's "
+               "learned position embeddings and Conv1D layers are not one of them"),))
+register_family(name="gpt_neox", layout="counted", missing_routes=(
+    ("onnx", "onnxruntime-genai's model builder has no GPT-NeoX route"),
+    ("tflite", "the LiteRT route has no GPT-NeoX conversion (fused query_key_value, parallel "
+               "attention and MLP)"),))
