@@ -72,7 +72,10 @@ def _render(result: dict) -> None:
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 132)
     m = result["model"]
     layers = f", {m['layers']} layers" if m.get("layers") else ""
-    console.print(f"{m['name']}: {m['params']:,} params{layers} ({m['source']})")
+    active = m.get("active_params", m["params"])
+    params = (f"{m['params']:,} params ({active:,} active per token: a mixture of experts)"
+              if active != m["params"] else f"{m['params']:,} params")
+    console.print(f"{m['name']}: {params}{layers} ({m['source']})")
     context = f"context {result['context']}, batch {result['batch']}" if result["context"] else ""
     for target in result.get("targets", [result]):
         d = target["device"]

@@ -17,6 +17,7 @@ class CatalogueEntry:
     source: str          # Hugging Face repo id of the config the numbers come from
     params: int          # the published parameter count (tests check shapes reproduce it)
     config: dict
+    active_params: int | None = None   # a mixture of experts: the parameters a token reads
 
     def shape(self) -> ModelShape:
         return from_hf_config(self.config, name=self.name, source=f"catalogue: {self.source}")
@@ -27,7 +28,9 @@ def entries() -> dict[str, CatalogueEntry]:
     text = resources.files("compressor.decoders").joinpath("catalogue.yaml").read_text(encoding="utf-8")
     raw = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     return {name: CatalogueEntry(name=name, source=str(e["source"]), params=int(e["params"]),
-                                 config=dict(e["config"])) for name, e in raw.items()}
+                                 config=dict(e["config"]),
+                                 active_params=int(e["active_params"]) if "active_params" in e else None)
+            for name, e in raw.items()}
 
 
 def find(name: str) -> CatalogueEntry | None:

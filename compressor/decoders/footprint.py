@@ -9,22 +9,19 @@ tests/plan/test_builder_layout.py holds `builder_layout` (the builder run on its
 
 - Linear layers become MatMulNBits: per output row, ceil(K / block) blocks of `block` weights
   packed at `bits` (K padded up to whole blocks), one float32 scale per block, and for
-  asymmetric weights one zero point per block packed at the weight's bit width (int8: one
-  uint8 per block; int4 with `symmetric: false`: 4 bits). Symmetric int4 (the default) stores
-  none: genai_graph.py drops the checkpoint's.
-- Each recipe's numbers come from its scheme's storage (decoders/storage.py: bits, group,
-  zero points per tensor kind), which the exporter reads too (backends/llm/handlers.py
-  `weight_only_plan`): int8 blocks of 128 or the largest power of two dividing every input
-  width, int4 the recipe's group_size.
+  asymmetric weights one zero point per block at the weight's bit width (symmetric int4, the
+  default, stores none: genai_graph.py drops the checkpoint's). The numbers come from the
+  recipe's scheme's storage (decoders/storage.py), which the exporter reads too
+  (backends/llm/handlers.py `weight_only_plan`).
 - The lm_head is ours too (same grid). A tied embedding is the lm_head's matrix (one copy: a
-  GatherBlockQuantized reads the MatMulNBits tensors; both int4 and int8 are built at -p int4,
-  so this holds at 8 bits as well); an untied one becomes a GatherBlockQuantized over our
-  integers (no per-block padding).
+  GatherBlockQuantized reads the MatMulNBits tensors; int4 and int8 are both built at -p int4);
+  an untied one becomes a GatherBlockQuantized over our integers (no per-block padding).
 - fp16 is a float32 graph with each weight matrix stored float16 behind a Cast: norms, biases,
-  rotary caches stay float32 and so do the KV cache and activations (float32 compute).
+  routers, rotary caches, KV cache and activations stay float32.
 - Rotary cos/sin caches: min(max_position_embeddings, context) rows x rotary_dim / 2, two per
-  cache (Phi-3 LongRoPE and Gemma 3 write two caches): the exporter cuts them to the run's
-  context (its KV-cache length).
+  cache (Phi-3 LongRoPE and Gemma 3 write two), cut to the run's context.
+- A mixture of experts stores every expert ([E, out, in]: E matrices); a decode step reads
+  only the experts a token is routed to (`WeightBytes.read_per_token`).
 - model.onnx itself (the graph, no weights) grows by a fixed amount per decoder layer.
 
 `exporter_layout` turns a scheme's storage into that table for one recipe (plan/recipes.py
@@ -36,7 +33,7 @@ import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from compressor.decoders.shapes import ModelShape, TensorSpec, tensor_inventory
+from compressor.decoders.shapes import KINDS, ModelShape, TensorSpec, tensor_inventory
 from compressor.decoders.storage import MIN_GROUP, Grid, WeightStorage, fitted_group
 
 
@@ -174,8 +171,10 @@ def exporter_layout(recipe: str, storage: WeightStorage) -> Layout:
 
 @dataclass(frozen=True)
 class WeightBytes:
-    by_kind: dict[str, int]          # embedding, lm_head, attention, mlp, norm, bias, rotary, graph
+    by_kind: dict[str, int]          # embedding, lm_head, attention, mlp, norm, bias, router,
+    #                                  rotary, graph
     per_layer: tuple[int, ...]       # bytes of each decoder layer (for pipeline splits)
+    unread: int = 0                  # bytes of the experts a token is not routed to
 
     @property
     def total(self) -> int:
@@ -183,21 +182,31 @@ class WeightBytes:
 
     @property
     def read_per_token(self) -> int:
-        """Bytes a decode step reads: every weight but the embedding table (one row of it)."""
-        return self.total - self.by_kind["embedding"] - self.by_kind["graph"]
+        """Bytes a decode step reads: every weight but the embedding tables (one row of each),
+        of a mixture of experts only the experts a token is routed to."""
+        return self.total - self.by_kind["embedding"] - self.by_kind["graph"] - self.unread
 
 
 def _tensor_bytes(t: TensorSpec, layout: Layout, shared: bool, family: str) -> int:
-    rows, cols = (t.shape + (1,))[:2]
+    """Bytes of one tensor; a stack of experts is that many [out, in] matrices."""
+    rows, cols = (t.matrix + (1,))[:2]
     if t.kind in ("attention", "mlp"):
-        return layout.linears.bytes_for(rows, cols)
+        return max(t.experts, 1) * layout.linears.bytes_for(rows, cols)
     if t.kind == "lm_head":
         return layout.lm_head.bytes_for(rows, cols)
     if t.kind == "embedding":
         return 0 if shared else layout.embedding.bytes_for_gather(rows, cols)
     if t.kind == "norm" and family in FLOAT32_NORMS:
         return t.numel * 4
-    return t.numel * layout.io_bytes        # norms, biases: float in the io dtype
+    return t.numel * layout.io_bytes        # norms, biases, routers: float in the io dtype
+
+
+def quantized_widths(shape: ModelShape) -> tuple[int, ...]:
+    """The input widths (K) of the matrices a quantized recipe stores in blocks: hidden, q and
+    intermediate widths for a standard family, one expert's width for a mixture of experts."""
+    return tuple(sorted({shape.hidden_size} | {
+        t.matrix[-1] for t in tensor_inventory(shape)
+        if t.kind in ("attention", "mlp") and len(t.matrix) == 2}))
 
 
 def _fit_groups(shape: ModelShape, layout: Layout) -> Layout:
@@ -206,8 +215,8 @@ def _fit_groups(shape: ModelShape, layout: Layout) -> Layout:
     exporter's quantize.widest_group applies to the model's own widths)."""
     if not layout.linears.fit_group:
         return layout
-    widths = (shape.hidden_size, shape.q_width, shape.intermediate_size)
-    group = fitted_group(layout.linears.group_size or shape.hidden_size, widths) or MIN_GROUP
+    group = fitted_group(layout.linears.group_size or shape.hidden_size,
+                         quantized_widths(shape)) or MIN_GROUP
 
     def fit(s: Storage) -> Storage:
         return replace(s, group_size=group) if s.fit_group else s
@@ -224,11 +233,14 @@ def weight_bytes(shape: ModelShape, layout: Layout, context: int | None = None) 
     context that fits."""
     layout = _fit_groups(shape, layout)
     shared = layout.shares_tied_embedding(shape)
-    by_kind = dict.fromkeys(("embedding", "lm_head", "attention", "mlp", "norm", "bias"), 0)
+    by_kind = dict.fromkeys(KINDS, 0)
     per_layer = [0] * shape.num_layers
+    unread = 0
     for t in tensor_inventory(shape):
-        size = _tensor_bytes(t, layout, shared, shape.family)
+        # a tied lm_head shares the token table (rows: the vocabulary), not a position table
+        size = _tensor_bytes(t, layout, shared and t.shape[0] == shape.vocab_size, shape.family)
         by_kind[t.kind] += size
+        unread += round(size * (1 - t.active))
         if t.layer is not None:
             per_layer[t.layer] += size
     by_kind["rotary"] = (sum(min(rows, context or rows) * (shape.rotary_dim // 2) * 2 * layout.io_bytes
@@ -239,7 +251,7 @@ def weight_bytes(shape: ModelShape, layout: Layout, context: int | None = None) 
                        + layout.graph_bytes_bias * bool(shape.biases))
     gemma = layout.graph_bytes_gemma if shape.family.startswith("gemma") else 0
     by_kind["graph"] = layout.graph_bytes + gemma + per_layer_graph * shape.num_layers
-    return WeightBytes(by_kind=by_kind, per_layer=tuple(per_layer))
+    return WeightBytes(by_kind=by_kind, per_layer=tuple(per_layer), unread=unread)
 
 
 KV_DTYPE_BYTES = {"float32": 4, "float16": 2, "int8": 1}
@@ -255,10 +267,6 @@ def kv_cache_bytes(shape: ModelShape, context: int, batch: int = 1, dtype_bytes:
         positions = min(context, window) if window else context
         total += 2 * shape.kv_width * positions * dtype_bytes * batch
     return total
-
-
-def kv_bytes_per_position(shape: ModelShape, batch: int = 1, dtype_bytes: int = 2) -> int:
-    return 2 * shape.kv_width * dtype_bytes * batch * shape.num_layers
 
 
 # What a generating onnxruntime-genai process holds besides weights, KV cache and the

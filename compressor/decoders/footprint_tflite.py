@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from compressor.decoders.footprint import F16, F32, Layout, Storage, weight_bytes
+from compressor.decoders.footprint import F16, F32, Layout, Storage, quantized_widths, weight_bytes
 from compressor.decoders.shapes import ModelShape
 from compressor.decoders.storage import WeightStorage
 
@@ -79,8 +79,7 @@ def for_shape(layout: Layout, shape: ModelShape) -> Layout:
     if shape.fused_projections:
         layer += _GRAPH[_precision(weights)][2]
     if weights.bits == 4:
-        widths = (shape.hidden_size, shape.q_width, shape.intermediate_size)
-        block = litert_block(weights.group_size, widths)
+        block = litert_block(weights.group_size, quantized_widths(shape))
         if block is None:      # per channel: float32 scale + int64 zero point per signature
             weights = Storage(4, None, (4 + 8) * SIGNATURES)
         else:

@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from compressor.config.recipe import Recipe
+from compressor.decoders.counting import counter, set_counter
 from compressor.formats import artifact_suffixes
 from compressor.decoders.footprint_tflite import tokenizer_bytes
 from compressor.decoders.headers import ModelDescription, describe
-from compressor.decoders.shapes import ModelShape, from_hf_config, param_count, params_by_kind
+from compressor.decoders.shapes import (ModelShape, active_param_count, from_hf_config,
+                                       param_count, params_by_kind)
 from compressor.devices import DeviceProfile, get_profile, load_profiles
 from compressor.errors import DeviceBudgetError, ModelLoadError, UsageError
 from compressor.plan.llm import HEADROOM_FRACTION, RecipeRef, plan_recipe, recommend
@@ -25,6 +27,28 @@ from compressor.plan.split import split_plan
 
 __all__ = ["plan", "plan_gate", "HEADROOM_FRACTION"]
 DEFAULT_TARGET = "jetson-orin-nx-8gb"
+
+
+class _MetaCounter:
+    """decoders' counter (decoders/counting.py): transformers' own model on the meta device
+    (backends/llm/meta_shapes.py), imported only when a config needs it, so planning a
+    standard family loads no framework."""
+
+    @staticmethod
+    def knows(config: dict) -> bool:
+        from compressor.backends.llm import meta_shapes
+
+        return meta_shapes.knows(config)
+
+    @staticmethod
+    def count(config: dict):
+        from compressor.backends.llm import meta_shapes
+
+        return meta_shapes.count(config)
+
+
+if counter() is None:
+    set_counter(_MetaCounter())
 
 
 def _profiles(target: str | None) -> list[DeviceProfile]:
@@ -47,8 +71,9 @@ def _check(context: int, batch: int, devices: int | None, shape: ModelShape | No
 
 def _model_json(desc: ModelDescription) -> dict:
     s = desc.shape
-    return {"name": s.name, "params": param_count(s), "layers": s.num_layers, "source": desc.source,
-            "family": s.family, "params_by_kind": params_by_kind(s)}
+    return {"name": s.name, "params": param_count(s), "active_params": active_param_count(s),
+            "layers": s.num_layers, "source": desc.source, "family": s.family,
+            "params_by_kind": params_by_kind(s)}
 
 
 def _device_json(profile: DeviceProfile, llm: bool) -> dict:

@@ -2,8 +2,9 @@
 the context where each recipe stops fitting, and the recommendation.
 
 Speed figures are upper bounds, not predictions: decode reads every weight (but the embedding
-table) and the KV cache once per token, so tokens/s <= bandwidth / those bytes; prefill does
-~2 ops per weight per token plus attention, so tokens/s <= ops/s / ops per token.
+table; of a mixture of experts only the experts a token is routed to) and the KV cache once
+per token, so tokens/s <= bandwidth / those bytes; prefill does ~2 ops per weight a token
+reads plus attention, so tokens/s <= ops/s / ops per token.
 """
 from __future__ import annotations
 
@@ -84,10 +85,12 @@ def max_context(shape: ModelShape, layout: Layout, usable: int, batch: int, kv_b
 
 
 def ops_per_token(shape: ModelShape, context: int) -> float:
-    """~2 ops per multiply-add: every linear weight (lm_head included) plus attention over
-    half the context on average (QK^T and PV)."""
-    counts = params_by_kind(shape)
-    linear = counts["attention"] + counts["mlp"] + shape.vocab_size * shape.hidden_size
+    """~2 ops per multiply-add: every linear weight a token reads (lm_head included; of a
+    mixture of experts its router and the experts it is routed to) plus attention over half
+    the context on average (QK^T and PV)."""
+    counts = params_by_kind(shape, active=True)
+    linear = counts["attention"] + counts["mlp"] + counts["router"] + \
+        shape.vocab_size * shape.hidden_size
     attention = 4 * shape.num_layers * shape.q_width * context / 2
     return 2 * linear + attention
 

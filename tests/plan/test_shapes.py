@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import pytest
 
+import compressor.plan  # noqa: F401  (installs the meta-device counter the counted entries need)
 from compressor.errors import ModelLoadError
 from compressor.decoders.catalogue import entries, find, lookup
-from compressor.decoders.shapes import from_hf_config, param_count, params_by_kind, tensor_inventory
+from compressor.decoders.shapes import (active_param_count, from_hf_config, param_count,
+                                       params_by_kind, tensor_inventory)
 from support import plan_models
 
 # Counts the model cards / safetensors metadata publish (what users check us against).
 PUBLISHED = {"llama-3.2-1b": 1_235_814_400, "llama-3.2-3b": 3_212_749_824,
              "llama-3.1-8b": 8_030_261_248, "qwen2.5-0.5b": 494_032_768,
              "smollm2-135m": 134_515_008, "mistral-7b-v0.1": 7_241_732_096,
-             "phi-3-mini-4k": 3_821_079_552, "gemma-2-2b": 2_614_341_888}
+             "phi-3-mini-4k": 3_821_079_552, "gemma-2-2b": 2_614_341_888,
+             "gemma-7b": 8_537_680_896, "gemma-2b": 2_506_172_416}
 
 
 def test_catalogue_counts_match_the_published_ones():
@@ -31,13 +34,30 @@ def meta_count():
     return plan_models.meta_param_count
 
 
+def meta_active_count(config) -> int:
+    """The parameters one token reads, from the model built on the meta device: of each
+    stacked expert tensor [experts, ...] num_experts_per_tok of its experts."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() * config.num_experts_per_tok // p.shape[0] if ".experts." in name
+               else p.numel() for name, p in model.named_parameters())
+
+
 @pytest.mark.slow   # imports torch + transformers (the meta-device build itself is fast)
 @pytest.mark.parametrize("name", sorted(entries()))
 def test_catalogue_entry_equals_transformers_on_the_meta_device(name, meta_count):
-    config = dict(entries()[name].config)
+    entry = entries()[name]
+    config = dict(entry.config)
     if "text_config" in config:     # the decoder of a vision-language model
         config = {**config["text_config"], "architectures": ["Gemma3ForCausalLM"]}
-    assert param_count(lookup(name).shape()) == meta_count(plan_models.hf_config(config))
+    shape = lookup(name).shape()
+    assert param_count(shape) == meta_count(plan_models.hf_config(config)) == entry.params
+    if entry.active_params is not None:    # a mixture of experts
+        assert active_param_count(shape) == meta_active_count(plan_models.hf_config(config)) \
+            == entry.active_params < entry.params
 
 
 @pytest.mark.slow
