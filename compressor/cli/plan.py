@@ -23,8 +23,8 @@ def run_plan(argv: list[str]) -> int:
                         ".onnx / .tflite")
     parser.add_argument("--target", help="device profile (compress devices), host (this machine, "
                                          "measured) or all [default: jetson-orin-nx-8gb]")
-    parser.add_argument("--context", type=int, default=4096, help="positions held in the KV "
-                                                                  "cache [default: 4096]")
+    parser.add_argument("--context", type=int, help="positions held in the KV cache [default: "
+                                                    "the model's, at most 4096]")
     parser.add_argument("--batch", type=int, default=1, help="sequences at once [default: 1]")
     parser.add_argument("--recipes", help="comma-separated recipes: built-in names (compress "
                                           "recipes list), fp32 (no step) or .yaml files "

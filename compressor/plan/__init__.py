@@ -27,6 +27,7 @@ from compressor.plan.split import split_plan
 
 __all__ = ["plan", "plan_gate", "HEADROOM_FRACTION"]
 DEFAULT_TARGET = "jetson-orin-nx-8gb"
+DEFAULT_CONTEXT = 4096   # without --context: the model's positions, at most this many
 
 
 class _MetaCounter:
@@ -97,19 +98,23 @@ def _llm_target(shape: ModelShape, profile: DeviceProfile, context: int, batch: 
     return out
 
 
-def plan(model: str | Path | dict, target: str | None = DEFAULT_TARGET, context: int = 4096,
+def plan(model: str | Path | dict, target: str | None = DEFAULT_TARGET, context: int | None = None,
          batch: int = 1, recipes: list[RecipeRef] | tuple[RecipeRef, ...] | None = None,
          kv_dtype: str | None = None, devices: int | None = None) -> dict[str, Any]:
-    """The plan as one JSON-ready object. `recipes`: built-in names, fp32, .yaml paths or
-    Recipes [default: fp16, int8, int4, int4_g128]. target "all" plans every built-in profile
-    (under "targets", one object per device with target / device / plans / recommended)."""
+    """The plan as one JSON-ready object. `context`: positions in the KV cache [default: the
+    model's max_position_embeddings, at most DEFAULT_CONTEXT]. `recipes`: built-in names, fp32,
+    .yaml paths or Recipes [default: fp16, int8, int4, int4_g128]. target "all" plans every
+    built-in profile (under "targets", one object per device with target / device / plans /
+    recommended)."""
     if isinstance(model, (str, Path)) and str(model).endswith(artifact_suffixes()):
         from compressor.plan.artifact import artifact_plan
 
-        _check(context, batch, devices, None)
+        _check(context or 1, batch, devices, None)
         return artifact_plan(Path(model), _profiles(target), target)
     desc = (ModelDescription(from_hf_config(model, source="config"), "config")
             if isinstance(model, dict) else describe(model))
+    if context is None:
+        context = min(desc.shape.max_position_embeddings, DEFAULT_CONTEXT)
     _check(context, batch, devices, desc.shape)
     recipes = tuple(resolve(r) for r in recipes or DEFAULT_RECIPES)
     if kv_dtype not in (None, "float32", "float16", "int8"):
@@ -135,7 +140,7 @@ def _model_folder(model: str | Path | dict) -> Path | None:
 
 
 def plan_gate(model_ref: str | Path | dict, recipe: str | Recipe, target: str | None,
-              context: int = 4096, batch: int = 1) -> dict | None:
+              context: int | None = None, batch: int = 1) -> dict | None:
     """Raise DeviceBudgetError (exit 4) naming the plan's numbers when `recipe` (a Recipe or a
     built-in name) cannot fit `target` at `context`; else the plan (what report.json records
     as `plan`). The language-model task runs it before loading a model. None when there is no
@@ -158,7 +163,7 @@ def plan_gate(model_ref: str | Path | dict, recipe: str | Recipe, target: str | 
     raise DeviceBudgetError(
         f"plan: {result['model']['name']} at {counted.name} needs {p['total_bytes'] / gb:.2f} GB "
         f"(weights {p['weights_bytes'] / gb:.2f} + KV cache {p['kv_cache_bytes'] / gb:.2f} at "
-        f"{context} tokens + working {p['working_bytes'] / gb:.2f}) but {target} has "
+        f"{result['context']} tokens + working {p['working_bytes'] / gb:.2f}) but {target} has "
         f"{usable / gb:.2f} GB for a language model; it fits up to {p['max_context']} tokens. "
         f"Use a smaller recipe (compress plan {model_ref if not isinstance(model_ref, dict) else 'MODEL'} "
         f"--target {target}), a shorter context, or --force-plan to try anyway")
