@@ -17,11 +17,13 @@ from pathlib import Path
 from compressor.errors import ModelLoadError
 from compressor.decoders import catalogue
 from compressor.decoders.gguf_header import gguf_config
-from compressor.decoders.shapes import ModelShape, from_hf_config
+from compressor.decoders.shapes import ModelShape, from_hf_config, tensor_inventory
 
 _DTYPE_BYTES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2,
                 "I16": 2, "U16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
 _HEADER_LIMIT = 100 * 2**20          # safetensors refuses headers above 100 MB too
+# float tensors keep the shape config.json gives them (packed integer formats do not)
+_FLOAT_DTYPES = frozenset({"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"})
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,7 @@ def _checkpoint(folder: Path, files: list[Path], source: str) -> ModelDescriptio
     config_path = folder / "config.json"
     if config_path.is_file():
         shape = from_hf_config(_read_json(config_path), name=folder.name, source=source)
+        check_config_matches(shape, tensors, config_path)
     elif tensors:
         from compressor.decoders.infer import shape_from_tensors
 
@@ -175,3 +178,21 @@ def _checkpoint(folder: Path, files: list[Path], source: str) -> ModelDescriptio
         raise ModelLoadError(f"{folder}: no config.json and no safetensors header to read shapes "
                              "from; give the model's Hugging Face folder or its config.json")
     return ModelDescription(shape, shape.source or source, _numel(tensors) if tensors else None, dtypes)
+
+
+def check_config_matches(shape: ModelShape, tensors: dict[str, dict], config: Path | str) -> None:
+    """Refuse (ModelLoadError, exit 2) a config.json that disagrees with the checkpoint's header:
+    a float tensor named as the config's inventory names it but of another shape (a config of
+    another size beside these weights would be planned, and loaded, as that size)."""
+    expected = {t.name: t.stored_shape for t in tensor_inventory(shape) if not t.tied}
+    wrong = [(name, tuple(e["shape"]), expected[name]) for name, e in tensors.items()
+             if name in expected and e["dtype"] in _FLOAT_DTYPES
+             and tuple(e["shape"]) != expected[name]]
+    if wrong:
+        name, found, want = wrong[0]
+        more = f" (and {len(wrong) - 1} more tensors)" if len(wrong) > 1 else ""
+        raise ModelLoadError(
+            f"{config}: config.json does not match the weights: tensor {name!r} is "
+            f"{list(found)} in the checkpoint but config.json makes it {list(want)}{more}; use the "
+            "config.json saved with these weights (or fix its sizes: hidden_size, "
+            "intermediate_size, heads, layers, vocab_size)")

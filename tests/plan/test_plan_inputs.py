@@ -1,13 +1,20 @@
 """`compress plan` on the inputs users give it: the default context of a model shorter than 4096
-positions, Gemma 1 and a mixture of experts on the terminal."""
+positions, a config.json that does not match its weights, Gemma 1 and a mixture of experts
+on the terminal."""
 from __future__ import annotations
 
 import json
+import struct
+from pathlib import Path
 
 import pytest
 
 from compressor.cli import main
+from compressor.decoders.headers import describe
+from compressor.decoders.shapes import from_hf_config, param_count, tensor_inventory
+from compressor.errors import ModelLoadError
 from compressor.plan import plan
+from support.plan_models import TINY_CONFIGS
 
 # TinyLlama-1.1B's config.json (TinyLlama/TinyLlama-1.1B-Chat-v1.0): 2,048 positions
 TINYLLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 32000,
@@ -33,6 +40,51 @@ def test_without_context_a_short_model_is_planned_at_its_own_length(tmp_path, ca
     assert plan("smollm2-135m", recipes=["int4"])["context"] == 4096       # at most 4096
     line = one_error_line(capsys, str(config), "--context", "4096")        # asked for: an error
     assert "--context 4096 is beyond" in line and "give --context 2048 or less" in line
+
+
+def write_header(path: Path, config: dict) -> Path:
+    """A .safetensors file with `config`'s tensors (F32 zeros)."""
+    header, offset = {}, 0
+    for t in tensor_inventory(from_hf_config(config)):
+        if not t.tied:
+            header[t.name] = {"dtype": "F32", "shape": list(t.stored_shape),
+                              "data_offsets": [offset, offset + 4 * t.numel]}
+            offset += 4 * t.numel
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(offset))
+    return path
+
+
+def test_a_config_json_that_does_not_match_its_weights_is_refused(tmp_path, capsys):
+    config = TINY_CONFIGS["llama"]                                  # hidden_size 128 ...
+    folder = tmp_path / "mismatched"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    write_header(folder / "model.safetensors", {**config, "hidden_size": 64})   # ... tensors 64 wide
+    with pytest.raises(ModelLoadError, match=r"config.json does not match the weights: tensor "
+                                             r"'model.embed_tokens.weight' is \[512, 64\] in the "
+                                             r"checkpoint but config.json makes it \[512, 128\]"):
+        describe(folder)
+    line = one_error_line(capsys, str(folder))
+    assert "config.json does not match the weights" in line and "use the config.json saved" in line
+    write_header(folder / "model.safetensors", config)               # the matching weights plan
+    assert main(["plan", str(folder), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["model"]["params"] == 426_624 - 512 * 128
+
+
+def test_a_counted_family_is_checked_against_its_weights_too(tmp_path, capsys):
+    pytest.importorskip("transformers")
+    config = {"model_type": "gpt2", "vocab_size": 512, "n_embd": 128, "n_layer": 2, "n_head": 4,
+              "n_positions": 256}
+    folder = tmp_path / "gpt2"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    write_header(folder / "model.safetensors", config)   # Conv1D weights stored [in, out]
+    described = describe(folder)                          # names match, shapes agree
+    assert described.header_params == param_count(described.shape) == 495_104
+    write_header(folder / "model.safetensors", {**config, "n_embd": 64})
+    line = one_error_line(capsys, str(folder))
+    assert "config.json does not match the weights: tensor 'transformer.wte.weight' is [512, 64]" in line
 
 
 LEAN_PLAN = """
