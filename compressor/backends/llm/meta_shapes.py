@@ -101,7 +101,11 @@ def _meta_model(config: Any, cfg: dict) -> Any:
     if config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         build = transformers.AutoModelForCausalLM.from_config
     else:
-        arch = next(str(a) for a in cfg.get("architectures") or [] if hasattr(transformers, str(a)))
+        arch = next((str(a) for a in cfg.get("architectures") or [] if hasattr(transformers, str(a))),
+                    None)
+        if arch is None:
+            raise ModelLoadError(f"transformers has no causal-LM class for {config.model_type} "
+                                 "models; give a config.json whose architectures name one")
         build = getattr(transformers, arch)._from_config
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()
