@@ -27,6 +27,13 @@ def _torch_module(model: Any) -> bool:
                                               for cls in type(model).__mro__)
 
 
+def _causal_lm_or_pair(model: Any) -> bool:
+    """A transformers causal LM, or the (model, tokenizer) pair `module:function` may return."""
+    if isinstance(model, tuple) and len(model) == 2:
+        model = model[0]
+    return is_causal_lm(model)
+
+
 def _hf_folder_or_gguf(path: Path) -> bool:
     """A Hugging Face folder (save_pretrained) or a llama.cpp file."""
     return path.suffix == ".gguf" or (path.is_dir() and (path / "config.json").is_file()
@@ -57,6 +64,7 @@ register_kind(ModelKind(
 
 register_kind(ModelKind(
     name="llm", backend="compressor.backends.llm:LlmBackend", task="lm", refines="torch",
-    detect_path=_hf_folder_or_gguf, detect_object=is_causal_lm,
+    detect_path=_hf_folder_or_gguf, detect_object=_causal_lm_or_pair,
     reference_hint="a Hugging Face folder, .gguf",
+    object_hint="a transformers *ForCausalLM model or a (model, tokenizer) pair",
     label="the language-model backend", extra="llm"))

@@ -21,6 +21,7 @@ from compressor.errors import (AccuracyGateError, BackendUnavailableError, Devic
                                FormatsIncompleteError, first_line)
 from compressor.export.int8 import export_checked
 from compressor.core.memory import stop_sampling
+from compressor.core.modes import training_flags_kept
 from compressor.runtimes.weights import MIN_WEIGHT_SHARE
 from compressor.config.recipe import Recipe
 from compressor.passes.registry import get_pass
@@ -87,10 +88,12 @@ def finish(session: Session, state: ModelState) -> Result:
 
 
 def compress(model: Any, recipe: str | Path | Recipe, data: Any = "digits", **options: Any) -> Result:
-    """The whole run, as the `compress` command does it; `out_dir` is locked for all of it."""
+    """The whole run, as the `compress` command does it; `out_dir` is locked for all of it.
+    An in-memory `model` (or `(model, tokenizer)` pair) gets its modules' training flags back
+    when the call ends, however it ends."""
     out = Path(options.get("out_dir", "dist"))
     check_output_path(out, options.get("force", False))   # before the lock file goes beside it
-    with output_lock(out):
+    with output_lock(out), training_flags_kept(model):
         session = open_session(model, recipe, data, **options)
         try:
             with removed_after(session.ctx.workdir):

@@ -20,6 +20,7 @@ from compressor.run.pipeline import finish, run_steps
 from compressor.config.recipe import Recipe, load_recipe
 from compressor.run.session import Session, open_session
 from compressor.core.tensors import output_list
+from compressor.core.modes import training_flags_kept
 from compressor.tasks import task_of_report
 
 
@@ -48,7 +49,9 @@ def sweep(model: Any, recipes: Sequence[str | Path | Recipe], data: Any = "digit
     elif executor == "serial":
         if address:
             raise UsageError("address is for executor='ray'; drop it or add executor='ray'")
-        per_recipe = [sweep_one(model, ref, data, out, quiet=quiet, **options) for ref in recipes]
+        with training_flags_kept(model):   # an in-memory model comes back in its modes
+            per_recipe = [sweep_one(model, ref, data, out, quiet=quiet, **options)
+                          for ref in recipes]
     else:
         raise UsageError(f"unknown sweep executor {executor!r}; use 'serial' or 'ray'")
     rows = [row for recipe_rows in per_recipe for row in recipe_rows]

@@ -117,5 +117,8 @@ def task_of_report(report: dict[str, Any]) -> Task:
 
 
 def describe_ref(model: Any) -> str:
-    """How report.json names a model: its path or reference as given, else its class."""
+    """How report.json names a model: its path or reference as given, else its class (a
+    (model, tokenizer) pair's model's)."""
+    if isinstance(model, tuple) and len(model) == 2:
+        model = model[0]
     return str(model) if isinstance(model, (str, Path)) else type(model).__qualname__

@@ -4,7 +4,8 @@
 A folder is loaded in its checkpoint's dtype (bf16 stays bf16: a float32 copy of a whole model
 is what makes conversion need more RAM than the board), with weights memory-mapped by
 safetensors. Nothing the caller holds is changed: in-memory models are used read-only (the
-quantize pass never writes into them).
+quantize pass never writes into them); they run in eval mode, and `cz.compress` gives each
+module its training flag back when it returns (core/modes.py).
 """
 from __future__ import annotations
 
@@ -107,8 +108,8 @@ def _folder_of(model: Any) -> Path | None:
 
 
 def _tokenizer_near(model: Any) -> Any:
-    """The tokenizer saved beside a model loaded from a folder, or None (then text data must
-    bring one: TextData(tokenizer=...))."""
+    """The tokenizer saved beside a model loaded from a folder, or None (then the caller
+    passes one: `cz.compress((model, tokenizer), ...)`, or `module:function` returns the pair)."""
     folder = _folder_of(model)
     if folder is None or not any((folder / name).exists() for name in TOKENIZER_FILES):
         return None
