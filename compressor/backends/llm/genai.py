@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from compressor.backends.llm.genai_builder import run_builder
+from compressor.backends.llm.genai_checks import onnx_route_refusal
 from compressor.backends.llm.gptq_format import (builder_config, save_tokenizer_and_generation,
                                                   write_gptq_folder)
 from compressor.errors import BackendUnavailableError
@@ -33,10 +34,15 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 def write_genai_folder(state: Any, scheme: Any, path: Path, ctx: Any) -> Path:
     """Write staging/model-onnx (model.onnx + model.onnx.data + genai_config.json + tokenizer
-    files) for `scheme` and return the folder."""
+    files) for `scheme` and return the folder. What the route cannot take is refused first,
+    from the config alone (genai_checks.py), before the builder runs."""
     from compressor.backends.llm.genai_graph import finish_graph
 
     loaded = state.model
+    refusal = onnx_route_refusal(builder_config(loaded.model.config.to_dict(),
+                                                type(loaded.model).__name__))
+    if refusal:
+        raise BackendUnavailableError(refusal)
     dtype, storage = scheme.dtype, scheme.storage
     bits = None if storage is None else storage.linears.bits
     if bits not in PRECISIONS:
