@@ -255,3 +255,20 @@ def test_model_onnx_names_no_commit_of_the_project_around_the_environment(llama_
     assert model.producer_version.startswith("0.")
     if around:   # an environment inside a git checkout: its commit must not be stamped
         assert around[:7] not in model.producer_version, model.producer_version
+
+
+def test_the_builder_fix_for_smollm3_is_undone_after_the_build():
+    """genai_builder.builder_fixes replaces SmolLM3Model.make_attention (its NoPE layers asked
+    for a position_ids input the CPU graph does not have) on both names the builder's classes
+    go by, only while the builder runs."""
+    import importlib
+
+    from compressor.backends.llm.genai_builder import builder_fixes
+
+    classes = [importlib.import_module(f"{package}builders.smollm").SmolLM3Model
+               for package in ("onnxruntime_genai.models.", "")]
+    originals = [cls.__dict__["make_attention"] for cls in classes]
+    with builder_fixes():
+        assert all(cls.__dict__["make_attention"] is not original
+                   for cls, original in zip(classes, originals))
+    assert [cls.__dict__["make_attention"] for cls in classes] == originals

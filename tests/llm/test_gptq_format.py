@@ -75,3 +75,58 @@ def test_widths_that_do_not_pack_are_refused_in_one_line(n, k, fix):
     with pytest.raises(BackendUnavailableError) as caught:
         gptq_tensors("model.layers.0.mlp.up_proj.weight", weight)
     assert fix in str(caught.value) and "\n" not in str(caught.value)
+
+
+def _gemma3_config(hub_form: bool) -> dict:
+    """A tiny Gemma 3 config.json's dict: transformers 5's form (rope_parameters per layer
+    type) or the Hub's original one (rope_theta, rope_local_base_freq, rope_scaling)."""
+    config = {"model_type": "gemma3_text", "vocab_size": 512, "hidden_size": 64,
+              "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "head_dim": 16, "sliding_window": 64}
+    if hub_form:
+        return {**config, "rope_theta": 1e6, "rope_local_base_freq": 1e4, "rope_scaling": None,
+                "sliding_window_pattern": 2}
+    return {**config, "layer_types": ["sliding_attention", "full_attention"],
+            "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}}
+
+
+@pytest.mark.parametrize("hub_form", [False, True])
+def test_the_builder_reads_gemma3_rope_in_either_config_form(tmp_path, hub_form):
+    """onnxruntime-genai 0.18's builder reads rope_parameters["rope_type"] and
+    rope_local_base_freq off the config AutoConfig gives it; transformers 5 nests Gemma 3's
+    RoPE per layer type whichever form config.json has (KeyError 'rope_type'). The config the
+    builder reads carries the global layers' RoPE flat beside the per-type entries, and
+    transformers reads it back the same."""
+    import json
+
+    from transformers import AutoConfig
+
+    from compressor.backends.llm.gptq_format import builder_config
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "config.json").write_text(json.dumps(_gemma3_config(hub_form)))
+    model_config = AutoConfig.from_pretrained(tmp_path / "in")   # what the loaded model holds
+    written = builder_config(model_config.to_dict(), "Gemma3ForCausalLM")
+    assert written["architectures"] == ["Gemma3ForCausalLM"]
+    rope = written["rope_parameters"]
+    assert (rope["rope_type"], rope["rope_theta"], rope["rope_local_base_freq"]) == (
+        "default", 1e6, 1e4)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "config.json").write_text(json.dumps(written))
+    read = AutoConfig.from_pretrained(tmp_path / "out")              # what the builder reads
+    assert read.rope_parameters["rope_type"] == "default"
+    assert read.rope_parameters["rope_local_base_freq"] == 1e4
+    assert read.rope_parameters["sliding_attention"] == model_config.rope_parameters[
+        "sliding_attention"]
+    assert read.rope_parameters["full_attention"] == model_config.rope_parameters[
+        "full_attention"]
+
+
+def test_a_flat_rope_config_goes_to_the_builder_as_it_is():
+    from compressor.backends.llm.gptq_format import builder_config
+
+    config = {"model_type": "llama", "layer_types": ["full_attention"] * 2,
+              "rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0}}
+    assert builder_config(config, "LlamaForCausalLM") == {**config,
+                                                          "architectures": ["LlamaForCausalLM"]}
