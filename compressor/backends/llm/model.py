@@ -18,67 +18,105 @@ from typing import Any
 @dataclass(frozen=True, init=False, eq=False)
 class QuantizedLinear:
     """One linear weight [N out, K in] on an asymmetric grid, per group of `group_size` inputs:
-    w[n, k] = (q[n, k] - zeros[n, k // g]) * scales[n, k // g].
+    w[n, k] = (q[n, k] - zeros[n, k // g]) * scales[n, k // g]; or a mixture of experts' E
+    such matrices stacked [E, N, K] (transformers 5's experts modules), each on its own grid.
 
     Held packed, as every artifact stores it (0.5 byte per int4 weight, not 1):
-    packed: uint8 tensor [N, K * bits / 8], 8-bit values one per byte, 4-bit values two per
+    packed: uint8 tensor [(E,) N, K * bits / 8], 8-bit values one per byte, 4-bit values two per
     byte with input 2i in the low nibble and 2i + 1 in the high one (MatMulNBits' and
     GatherBlockQuantized's layout; read as little-endian int32 words it is GPTQ's qweight,
-    transposed); scales: float32 [N, K/g]; zeros: uint8 [N, K/g] with values
+    transposed); scales: float32 [(E,) N, K/g]; zeros: uint8 [(E,) N, K/g] with values
     0 .. 2**bits - 1, unpacked (torch tensors, CPU). Built from unpacked codes
     (`QuantizedLinear(q, scales, zeros, bits, group_size)`) or from packed bytes
-    (`from_packed`); `q` unpacks them again."""
+    (`from_packed`); `q` unpacks them again. `transposed`: the model's parameter holds the
+    matrix transposed ([K, N]: transformers' Conv1D, GPT-2; [E, K, N]: experts with
+    is_transposed), which `parameter()` restores; `dequantize()` is always [(E,) N, K]."""
 
     packed: Any
     scales: Any
     zeros: Any
     bits: int
     group_size: int
+    transposed: bool
 
-    def __init__(self, q: Any, scales: Any, zeros: Any, bits: int, group_size: int):
-        """`q`: uint8 [N, K] codes 0 .. 2**bits - 1, one per weight."""
-        self._set(pack_codes(q, bits), scales, zeros, bits, group_size)
+    def __init__(self, q: Any, scales: Any, zeros: Any, bits: int, group_size: int,
+                 transposed: bool = False):
+        """`q`: uint8 [(E,) N, K] codes 0 .. 2**bits - 1, one per weight."""
+        self._set(pack_codes(q, bits), scales, zeros, bits, group_size, transposed)
 
     @classmethod
-    def from_packed(cls, packed: Any, scales: Any, zeros: Any, bits: int, group_size: int
-                    ) -> QuantizedLinear:
+    def from_packed(cls, packed: Any, scales: Any, zeros: Any, bits: int, group_size: int,
+                    transposed: bool = False) -> QuantizedLinear:
         weight = cls.__new__(cls)
-        weight._set(packed, scales, zeros, bits, group_size)
+        weight._set(packed, scales, zeros, bits, group_size, transposed)
         return weight
 
-    def _set(self, packed: Any, scales: Any, zeros: Any, bits: int, group_size: int) -> None:
+    @classmethod
+    def stack(cls, experts: list[QuantizedLinear]) -> QuantizedLinear:
+        """E matrices [N, K] on one bits / group as one [E, N, K] weight."""
+        import torch
+
+        first = experts[0]
+        return cls.from_packed(*(torch.stack([getattr(e, key) for e in experts])
+                                 for key in ("packed", "scales", "zeros")),
+                               first.bits, first.group_size, first.transposed)
+
+    def _set(self, packed: Any, scales: Any, zeros: Any, bits: int, group_size: int,
+             transposed: bool) -> None:
         for name, value in (("packed", packed), ("scales", scales), ("zeros", zeros),
-                            ("bits", bits), ("group_size", group_size)):
+                            ("bits", bits), ("group_size", group_size),
+                            ("transposed", bool(transposed))):
             object.__setattr__(self, name, value)
 
     @property
-    def shape(self) -> tuple[int, int]:
-        n, width = self.packed.shape
-        return n, width * 8 // self.bits
+    def shape(self) -> tuple[int, ...]:
+        """(N, K), or (E, N, K) for stacked experts."""
+        *lead, width = self.packed.shape
+        return (*lead, width * 8 // self.bits)
+
+    @property
+    def experts(self) -> int | None:
+        """E for stacked experts, None for one matrix."""
+        return self.packed.shape[0] if self.packed.dim() == 3 else None
+
+    def expert(self, e: int) -> QuantizedLinear:
+        """Expert e's [N, K] matrix of stacked experts."""
+        return QuantizedLinear.from_packed(self.packed[e], self.scales[e], self.zeros[e],
+                                           self.bits, self.group_size, self.transposed)
+
+    def matrices(self) -> list[QuantizedLinear]:
+        """The [N, K] matrices: each expert's, or this one."""
+        return [self] if self.experts is None else [self.expert(e) for e in range(self.experts)]
 
     @property
     def q(self) -> Any:
-        """The codes unpacked: uint8 [N, K] (for reading: at 8 bits it is `packed` itself)."""
+        """The codes unpacked: uint8 [(E,) N, K] (for reading: at 8 bits it is `packed` itself)."""
         return unpack_codes(self.packed, self.bits)
 
     def dequantize(self) -> Any:
-        """The float32 weight the artifact computes with."""
+        """The float32 weight the artifact computes with, [(E,) N, K]."""
         import torch
 
-        n, k = self.shape
-        groups = self.q.reshape(n, k // self.group_size, self.group_size).to(torch.float32)
+        *lead, k = self.shape
+        groups = self.q.reshape(*lead, k // self.group_size, self.group_size).to(torch.float32)
         centred = groups - self.zeros.to(torch.float32)[..., None]
-        return (centred * self.scales.to(torch.float32)[..., None]).reshape(n, k)
+        return (centred * self.scales.to(torch.float32)[..., None]).reshape(*lead, k)
+
+    def parameter(self) -> Any:
+        """`dequantize()` in the layout of the model's parameter (transposed back if so)."""
+        weight = self.dequantize()
+        return weight.transpose(-2, -1).contiguous() if self.transposed else weight
 
 
 def pack_codes(q: Any, bits: int) -> Any:
-    """uint8 codes [N, K] -> the packed bytes [N, K * bits / 8] (QuantizedLinear.packed)."""
+    """uint8 codes [(E,) N, K] -> the packed bytes [(E,) N, K * bits / 8]
+    (QuantizedLinear.packed)."""
     if bits == 8:
         return q.contiguous()
-    if bits != 4 or q.shape[1] % 2:
-        raise ValueError(f"{bits}-bit codes [{q.shape[0]}, {q.shape[1]}] do not pack as "
-                         "4 or 8 bits per weight (4 bits needs an even input width)")
-    return (q[:, 0::2] & 0xF) | ((q[:, 1::2] & 0xF) << 4)
+    if bits != 4 or q.shape[-1] % 2:
+        raise ValueError(f"{bits}-bit codes {list(q.shape)} do not pack as 4 or 8 bits per "
+                         "weight (4 bits needs an even input width)")
+    return (q[..., 0::2] & 0xF) | ((q[..., 1::2] & 0xF) << 4)
 
 
 def unpack_codes(packed: Any, bits: int) -> Any:
@@ -86,7 +124,7 @@ def unpack_codes(packed: Any, bits: int) -> Any:
         return packed
     import torch
 
-    return torch.stack((packed & 0xF, packed >> 4), dim=-1).reshape(packed.shape[0], -1)
+    return torch.stack((packed & 0xF, packed >> 4), dim=-1).reshape(*packed.shape[:-1], -1)
 
 
 @dataclass(frozen=True)
@@ -131,5 +169,5 @@ class LoadedLm:
         computes with (for the torch reference of a quantized model and float routes)."""
         state = dict(self.model.state_dict())
         for name, weight in self.quantized.items():
-            state[name] = weight.dequantize().to(state[name].dtype)
+            state[name] = weight.parameter().to(state[name].dtype)
         return state

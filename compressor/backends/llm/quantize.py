@@ -1,9 +1,11 @@
 """Weight-only quantization of a causal LM, one decoder layer at a time.
 
-Which weights: every linear in the decoder layers and the lm_head (a tied embedding is the
-lm_head's matrix: the artifact stores it once, quantized); an untied embedding table is put
-on the same grid by round to nearest (its rows are gathered, never multiplied, so no
-calibration applies). Tensors already on the recipe's grid (a Q4_0 GGUF file's) are kept.
+Which weights: every linear in the decoder layers (nn.Linear, GPT-2's Conv1D, each expert of
+a mixture's experts module: matrices.py, experts.py; a router stays float) and the lm_head (a
+tied embedding is the lm_head's matrix: the artifact stores it once, quantized); an untied
+embedding table is put on the same grid by round to nearest (its rows are gathered, never
+multiplied, so no calibration applies). Tensors already on the recipe's grid (a Q4_0 GGUF
+file's) are kept.
 
 GPTQ needs each linear's input statistics with the layers before it already quantized, so
 layers are calibrated in order: the calibration windows' hidden states enter layer 0, each
@@ -25,6 +27,7 @@ import numpy as np
 import torch
 
 from compressor.backends.llm.grid import gptq, rtn
+from compressor.backends.llm.matrices import Matrix, input_hessians, layer_matrices, quantize_matrix
 from compressor.backends.llm.model import LoadedLm, QuantizedLinear
 from compressor.core.memory import release_file_pages, trim_heap
 from compressor.decoders.storage import fitted_group
@@ -96,8 +99,11 @@ def widest_group(loaded: LoadedLm, largest: int) -> int | None:
 
 
 def _input_widths(loaded: LoadedLm) -> list[int]:
-    params = dict(loaded.model.named_parameters(remove_duplicate=False))
-    return sorted({params[name].shape[1] for name in quantized_weight_names(loaded.model)})
+    model = loaded.model
+    params = dict(model.named_parameters(remove_duplicate=False))
+    matrices = _all_matrices(model)
+    return sorted({matrices[name].input_width if name in matrices else params[name].shape[1]
+                   for name in quantized_weight_names(model)})
 
 
 def decoder_layers(model: Any) -> torch.nn.ModuleList:
@@ -110,18 +116,22 @@ def decoder_layers(model: Any) -> torch.nn.ModuleList:
 
 
 def quantized_weight_names(model: Any) -> list[str]:
-    """The parameter names the artifact stores in integers: decoder linears, the lm_head,
-    and an untied input embedding."""
-    layers = decoder_layers(model)
-    prefix = _prefix_of(model, layers)
-    names = [f"{prefix}.{index}.{name}.weight" for index, layer in enumerate(layers)
-             for name, module in layer.named_modules() if isinstance(module, torch.nn.Linear)]
+    """The parameter names the artifact stores in integers: decoder linears (experts: one 3-D
+    parameter per projection), the lm_head, and an untied input embedding."""
+    names = list(_all_matrices(model))
     head = model.get_output_embeddings()
     names.append(_param_name(model, head.weight))
     embedding = model.get_input_embeddings().weight
     if embedding is not head.weight:
         names.append(_param_name(model, embedding))
     return names
+
+
+def _all_matrices(model: Any) -> dict[str, Matrix]:
+    layers = decoder_layers(model)
+    prefix = _prefix_of(model, layers)
+    return {name: m for index, layer in enumerate(layers)
+            for name, m in layer_matrices(layer, f"{prefix}.{index}").items()}
 
 
 def _prefix_of(model: Any, layers: torch.nn.ModuleList) -> str:
@@ -136,10 +146,13 @@ def _rtn_all(model: Any, plan: WeightOnlyPlan, kept: dict[str, QuantizedLinear],
              advance: Callable[[int], None], release: Callable[[torch.Tensor], None]
              ) -> dict[str, QuantizedLinear]:
     params = dict(model.named_parameters(remove_duplicate=False))
+    matrices = _all_matrices(model)
     quantized = {}
     for name in quantized_weight_names(model):
         if name not in kept:
-            quantized[name] = rtn(params[name], plan.bits, plan.group_size, plan.symmetric)
+            quantized[name] = quantize_matrix(matrices[name], None, plan.bits, plan.group_size,
+                                              plan.symmetric) if name in matrices else \
+                rtn(params[name], plan.bits, plan.group_size, plan.symmetric)
         release(params[name])
     advance(len(decoder_layers(model)) + 1)
     return quantized
@@ -153,16 +166,16 @@ def _gptq_layers(model: Any, layers: torch.nn.ModuleList, plan: WeightOnlyPlan,
     hidden, layer_kwargs = _layer0_inputs(model, layers, calibration)
     quantized: dict[str, QuantizedLinear] = {}
     for index, layer in enumerate(layers):
-        linears = {f"{prefix}.{index}.{name}.weight": module
-                   for name, module in layer.named_modules() if isinstance(module, torch.nn.Linear)}
-        hessians = _input_hessians(linears, layer, hidden, layer_kwargs)
-        for name, module in linears.items():
-            quantized[name] = kept.get(name) or gptq(module.weight, hessians[name], plan.bits,
-                                                     plan.group_size, plan.symmetric)
-        with _weights_swapped(linears, quantized):
+        matrices = layer_matrices(layer, f"{prefix}.{index}")
+        hessians = input_hessians(matrices, lambda: [_run(layer, h, layer_kwargs) for h in hidden])
+        for name, m in matrices.items():
+            quantized[name] = kept.get(name) or quantize_matrix(
+                m, hessians[name], plan.bits, plan.group_size, plan.symmetric)
+        params = {name: m.param for name, m in matrices.items()}
+        with _swapped(params, quantized):
             hidden = [_run(layer, h, layer_kwargs) for h in hidden]
-        for module in linears.values():
-            release(module.weight)
+        for param in params.values():
+            release(param)
         advance(1)
     head = model.get_output_embeddings()
     head_name = _param_name(model, head.weight)
@@ -221,31 +234,6 @@ def _gram(x: torch.Tensor) -> torch.Tensor:
     return rows.T @ rows
 
 
-def _input_hessians(linears: dict[str, torch.nn.Linear], layer: Any, hidden: list[torch.Tensor],
-                    kwargs: dict[str, Any]) -> dict[str, torch.Tensor]:
-    """X^T X of each linear's inputs while `layer` runs on every batch of `hidden`."""
-    sums = {name: torch.zeros(m.in_features, m.in_features) for name, m in linears.items()}
-
-    def hook(name: str):
-        def accumulate(module: Any, args: tuple, output: Any) -> None:
-            sums[name] += _gram(args[0])
-        return accumulate
-
-    handles = [m.register_forward_hook(hook(name)) for name, m in linears.items()]
-    try:
-        for batch in hidden:
-            _run(layer, batch, kwargs)
-    finally:
-        for handle in handles:
-            handle.remove()
-    return sums
-
-
-def _weights_swapped(linears: dict[str, torch.nn.Linear],
-                     quantized: dict[str, QuantizedLinear]) -> contextlib.AbstractContextManager:
-    return _swapped({name: m.weight for name, m in linears.items()}, quantized)
-
-
 def quantized_weights(loaded: LoadedLm) -> contextlib.AbstractContextManager:
     """The torch model computing with `loaded.quantized` inside the block (what the artifact
     computes), its own weights after."""
@@ -259,7 +247,7 @@ def _swapped(params: dict[str, torch.Tensor], quantized: dict[str, QuantizedLine
     originals = {name: param.data for name, param in params.items()}
     try:
         for name, param in params.items():
-            param.data = quantized[name].dequantize().to(param.dtype)
+            param.data = quantized[name].parameter().to(param.dtype)
         yield
     finally:
         for name, param in params.items():
@@ -268,7 +256,7 @@ def _swapped(params: dict[str, torch.Tensor], quantized: dict[str, QuantizedLine
 
 def _final_norm(model: Any) -> Callable[[torch.Tensor], torch.Tensor]:
     base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
-    for attr in ("norm", "final_layernorm", "ln_f"):
+    for attr in ("norm", "final_layernorm", "final_layer_norm", "ln_f"):
         if hasattr(base, attr):
             return getattr(base, attr)
     return lambda x: x
