@@ -101,8 +101,9 @@ def _check_quantized(loaded: Any, bits: int) -> None:
 
 def write_float_folder(loaded: Any, folder: Path) -> dict[bytes, str]:
     """config.json + model.safetensors (float32) of the weights the artifact computes with;
-    returns digest of each quantized weight's float32 bytes -> its name in `quantized`.
-    Written one tensor at a time: never a float32 copy of the whole model in memory."""
+    returns digest of each quantized matrix's float32 bytes [N, K] (what a FULLY_CONNECTED
+    holds) -> its key (`matrix_keys`). Written one tensor at a time: never a float32 copy of
+    the whole model in memory."""
     import torch
 
     from compressor.backends.llm.litert_weights import digest
@@ -118,9 +119,9 @@ def write_float_folder(loaded: Any, folder: Path) -> dict[bytes, str]:
         def make():
             if source is None:
                 return value.detach().to(torch.float32)
-            weight = loaded.quantized[source].dequantize().to(torch.float32)
-            digests[digest(weight.numpy())] = source
-            return weight
+            for key, matrix in matrix_keys(source, loaded.quantized[source]):
+                digests[digest(matrix.dequantize().numpy())] = key
+            return loaded.quantized[source].parameter().to(torch.float32)
         return make
 
     tensors = []
@@ -133,6 +134,21 @@ def write_float_folder(loaded: Any, folder: Path) -> dict[bytes, str]:
     save_streamed(tensors, folder / "model.safetensors", metadata={"format": "pt"})
     model.config.save_pretrained(str(folder))
     return digests
+
+
+def matrix_keys(name: str, weight: Any) -> list[tuple[str, Any]]:
+    """(key, [N, K] QuantizedLinear) per matrix of a quantized weight: its name, or
+    "name[e]" per expert of stacked experts (the converter gives each its own constant)."""
+    if weight.experts is None:
+        return [(name, weight)]
+    return [(f"{name}[{e}]", weight.expert(e)) for e in range(weight.experts)]
+
+
+def _matrix(loaded: Any, key: str) -> Any:
+    if key in loaded.quantized:
+        return loaded.quantized[key]
+    name, _, expert = key[:-1].rpartition("[")
+    return loaded.quantized[name].expert(int(expert))
 
 
 def convert(folder: Path, out: Path, prefill: list[int], context: int, log: Path) -> Path:
@@ -171,9 +187,10 @@ def _store_integers(model: Any, loaded: Any, digests: dict[bytes, str], ctx: Any
 
     grids, how = {}, {}
     for key, name in digests.items():
-        grids[key], how[name] = on_litert_grid(loaded.quantized[name])
+        grids[key], how[name] = on_litert_grid(_matrix(loaded, name))
+
     def dequantized(key: bytes):
-        return loaded.quantized[digests[key]].dequantize().numpy()
+        return _matrix(loaded, digests[key]).dequantize().numpy()
 
     found = store_integers(model, grids, dequantized)
     missing = sorted(digests[key] for key in set(digests) - set(found))

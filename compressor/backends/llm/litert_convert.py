@@ -50,13 +50,17 @@ def _prefill_with_all_logits():
 
 def _load(folder: str, export_config):
     """The float32 model as litert-torch's own loader prepares it (model patches, static
-    cache), without needing the tokenizer files it would also read."""
+    cache), without needing the tokenizer files it would also read; with our own patches
+    (litert_patches.py: KV heads of multi-head-only families, experts one linear each)."""
     import torch
     import transformers
     from litert_torch.generative.export_hf.core import export_lib
     from litert_torch.generative.export_hf.model_ext import patches
 
+    from compressor.backends.llm import litert_patches
+
     config = transformers.AutoConfig.from_pretrained(folder, dtype=torch.float32)
+    litert_patches.one_kv_head_per_query_head(config)
     with patches.get_patch_context(config.model_type):
         model = transformers.AutoModelForCausalLM.from_pretrained(
             folder, config=config, dtype=torch.float32)
@@ -65,6 +69,7 @@ def _load(folder: str, export_config):
     model.generation_config.do_sample = False
     text_config = getattr(config, "text_config", config)
     export_lib.verify_model_compatibility(model, config, text_config)
+    litert_patches.experts_unstacked(model)
     return export_lib.SourceModelArtifacts(model=model, model_config=config,
                                            text_model_config=text_config, tokenizer=None)
 
