@@ -22,6 +22,10 @@ class ModelLoadError(CompressorError):
     """A model (or teacher) file is missing, corrupt, unsupported or unsafe to load."""
 
 
+class ConfigMismatchError(ModelLoadError):
+    """A checkpoint's config.json does not describe the weights beside it."""
+
+
 class DataError(CompressorError):
     """Data is missing, malformed, or does not match the model's inputs."""
 

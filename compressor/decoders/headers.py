@@ -14,7 +14,7 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compressor.errors import ModelLoadError
+from compressor.errors import ConfigMismatchError, ModelLoadError
 from compressor.decoders import catalogue
 from compressor.decoders.gguf_header import gguf_config
 from compressor.decoders.shapes import ModelShape, from_hf_config, tensor_inventory
@@ -191,7 +191,7 @@ def check_config_matches(shape: ModelShape, tensors: dict[str, dict], config: Pa
     if wrong:
         name, found, want = wrong[0]
         more = f" (and {len(wrong) - 1} more tensors)" if len(wrong) > 1 else ""
-        raise ModelLoadError(
+        raise ConfigMismatchError(
             f"{config}: config.json does not match the weights: tensor {name!r} is "
             f"{list(found)} in the checkpoint but config.json makes it {list(want)}{more}; use the "
             "config.json saved with these weights (or fix its sizes: hidden_size, "

@@ -94,7 +94,8 @@ def open_session(model: Any, recipe: str | Path | Recipe, data: Any = "digits", 
     task = task_named(backend.task)
     formats, format_note = _formats_written_by(backend, formats, explicit=bool(requested))
     _refuse_training_steps(backend, recipe)
-    request = OpenRequest(model_ref=model, recipe=recipe, data=data, formats=formats, seed=seed,
+    request = OpenRequest(model_ref=model, recipe=recipe, data=data, formats=formats,
+                          formats_asked=bool(requested), seed=seed,
                           quiet=quiet, target=target, metric=metric, context=context,
                           force_plan=force_plan, teacher=teacher, teacher_weights=teacher_weights,
                           trust_pickle=trust_pickle)

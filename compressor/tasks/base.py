@@ -30,6 +30,7 @@ class OpenRequest:
     data: Any                        # the data spec, as given
     formats: tuple[str, ...]
     seed: int = 0
+    formats_asked: bool = False      # the formats came from --format / formats=, not the recipe
     quiet: bool = False
     target: str | None = None
     metric: Any = None               # a custom metric function (array task only)

@@ -66,6 +66,22 @@ def check_plan_fits(model: Any, recipe: Recipe, target: str | None, context: int
     return plan_gate(str(model), recipe, target, context or min(limit, DEFAULT_CONTEXT))
 
 
+def check_weights_match(model: Any) -> None:
+    """A config.json that does not describe the weights beside it is refused from the headers
+    (ConfigMismatchError, exit 2) before transformers loads it; a model the plan has no shapes
+    for is left to the loader."""
+    import compressor.plan  # noqa: F401  (installs the meta-device counter: any family)
+    from compressor.decoders.headers import describe
+    from compressor.errors import ConfigMismatchError, ModelLoadError
+
+    try:
+        describe(str(model))
+    except ConfigMismatchError:
+        raise
+    except ModelLoadError:
+        return
+
+
 def planned_before_loading(model: Any) -> bool:
     """Whether `check_plan_fits` reads `model`'s plan before loading: a path, a built-in name
     (not a `module:function` reference, whose model exists only once it is called)."""
@@ -113,11 +129,17 @@ def open_lm(request: OpenRequest, backend: Any, loaded: Any) -> Opened:
     if request.metric is not None:
         raise UsageError("a custom metric is for classifier models; language models are scored "
                          "by perplexity on held-out text")
+    from compressor.backends.llm.routes import writable_formats
+
     recipe = request.recipe
     validation = lm_validation(recipe)
     planned = plan_loaded(request, loaded)   # module:function: planned once loaded
+    formats, dropped = writable_formats(loaded.model.config.to_dict(), request.formats,
+                                        request.formats_asked)
     check_quantize_steps(loaded, recipe)
     progress = Progress(quiet=request.quiet)
+    if dropped:
+        progress.info(dropped)
     data = text_windows(loaded, request.data, window_settings(recipe, validation), progress)
     info = backend.describe(loaded)
     x_val = data.val[0]
@@ -130,7 +152,7 @@ def open_lm(request: OpenRequest, backend: Any, loaded: Any) -> Opened:
     kv_context = artifact_context(loaded.model, request.context)
     workdir = make_work_folder()   # last: nothing above may leave it behind
     ctx = Context(data=data, progress=progress, workdir=workdir, seed=request.seed,
-                  formats=request.formats, validation=validation, reference_outputs=reference,
+                  formats=formats, validation=validation, reference_outputs=reference,
                   baseline_value=baseline, inputs=info.inputs, outputs=info.outputs,
                   context=kv_context)
     if planned is not None:   # report.json `plan`, as a path's plan before loading
