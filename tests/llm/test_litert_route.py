@@ -261,3 +261,15 @@ def test_grids_litert_computes_with_keep_their_integers():
         restored = again.values * np.repeat(again.scales, again.block, axis=1)
         step = np.repeat(again.scales, again.block, axis=1)
         assert np.all(np.abs(restored - weight.dequantize().numpy()) <= step / 2 + 1e-6)
+
+
+def test_config_json_files_name_their_heads_as_their_family_does():
+    """check_family reads raw config.json files too (the route check before any work): GPT-2's
+    heads are `n_head` there, which only its config class maps to num_attention_heads."""
+    from types import SimpleNamespace
+
+    from compressor.backends.llm.litert import check_family
+
+    check_family(SimpleNamespace(model_type="gpt2", n_head=12, n_embd=768))
+    with pytest.raises(BackendUnavailableError, match="has no attention layers"):
+        check_family(SimpleNamespace(model_type="mamba", hidden_size=64))

@@ -27,6 +27,9 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jin
 LAST_RUN: dict[str, Any] = {}   # the last conversion's seconds / peak RSS (tests, bench)
 # RoPE that depends on the sequence length at run time: a traced graph fixes one branch
 LENGTH_DEPENDENT_ROPE = ("dynamic", "longrope")
+# attention heads as transformers names them, and as config.json files name them where the
+# config class maps the name (GPT-2's n_head): check_family also reads raw config.json files
+HEADS_KEYS = ("num_attention_heads", "n_head", "n_heads", "num_heads")
 
 
 def write_litert_model(state: Any, scheme: Any, path: Path, ctx: Any) -> Path:
@@ -70,10 +73,11 @@ def run_context(ctx: Any, config: Any) -> int:
 def check_family(config: Any) -> None:
     """Refuse, before converting, what litert-torch's export_hf cannot trace correctly:
     models without attention layers (state-space models: no KV cache to export) and RoPE
-    that changes with the sequence length."""
+    that changes with the sequence length. `config`: a transformers config, or config.json
+    read as attributes."""
     family = getattr(config, "model_type", "?")
     text = getattr(config, "text_config", None) or config
-    if not getattr(text, "num_attention_heads", None):
+    if not any(getattr(text, key, None) for key in HEADS_KEYS):
         raise BackendUnavailableError(f"the TFLite route exports attention KV caches; {family} "
                                       "has no attention layers; export onnx instead")
     rope = getattr(text, "rope_parameters", None) or getattr(text, "rope_scaling", None) or {}

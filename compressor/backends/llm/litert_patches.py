@@ -9,10 +9,13 @@ converter's child process (litert_convert.py) to the float32 model it traces:
 - `experts_unstacked`: a mixture of experts traced with static shapes. transformers 5's experts
   implementations do not trace into a file that computes our integers: "grouped_mm" lowers to
   histc (no lowering in litert-torch), "eager" loops over the experts a batch hit (data-
-  dependent), and "batched_mm" gathers each token's experts out of the 3-D [E, out, in]
-  constants (GATHER_ND, then BATCH_MATMUL): LiteRT's GATHER_ND takes no int4 and neither
-  BATCH_MATMUL nor FULLY_CONNECTED takes a gathered (non-constant) quantized weight, so the
-  experts would stay float32 in the file. Here each expert's matrices become their own
+  dependent), and "batched_mm" traces (each token's experts gathered out of the 3-D
+  [E, out, in] constants by GATHER_ND, then BATCH_MATMUL) but cannot compute our integers:
+  measured on ai-edge-litert 2.3, GATHER_ND refuses INT4 params ("Params of type 'INT4' are
+  not supported by gather_nd"), and with INT8 params (one scale per tensor, not our per-block
+  grid) the gathered weight is BATCH_MATMUL's left operand, which LiteRT takes only as float
+  (int8 only on the right beside a float left), so the experts would stay float32 in the
+  file. Here each expert's matrices become their own
   nn.Linear (one FULLY_CONNECTED each, whose constant the route replaces by the expert's int4
   integers, blockwise, like any linear) and every expert runs on every token, its output
   weighted by the token's routing weight (zero for the experts the router did not pick).
