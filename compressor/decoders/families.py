@@ -158,10 +158,6 @@ register_family(name="qwen3_moe", layout="counted",
                 sliding=Sliding(opt_in=True), missing_routes=(("onnx", _NO_BUILDER),))
 register_family(name="mixtral", layout="counted", missing_routes=(("onnx", _NO_BUILDER),))
 register_family(name="gpt2", layout="counted", missing_routes=(
-    ("onnx", "onnxruntime-genai's model builder has no GPT-2 route"),
-    ("tflite", "the LiteRT route converts rotary-attention decoders with gated MLPs; GPT-2's "
-               "learned position embeddings and Conv1D layers are not one of them"),))
+    ("onnx", "onnxruntime-genai's model builder has no GPT-2 route; export tflite"),))
 register_family(name="gpt_neox", layout="counted", missing_routes=(
-    ("onnx", "onnxruntime-genai's model builder has no GPT-NeoX route"),
-    ("tflite", "the LiteRT route has no GPT-NeoX conversion (fused query_key_value, parallel "
-               "attention and MLP)"),))
+    ("onnx", "onnxruntime-genai's model builder has no GPT-NeoX route; export tflite"),))
