@@ -7,7 +7,6 @@ compressor/ names it."""
 from __future__ import annotations
 
 import json
-import struct
 from pathlib import Path
 
 import pytest
@@ -15,9 +14,10 @@ import pytest
 from compressor.cli import main
 from compressor.decoders.families import Sliding, gguf_family, register_family, unregister_family
 from compressor.decoders.headers import describe
-from compressor.decoders.shapes import from_hf_config, is_language_model, param_count, tensor_inventory
+from compressor.decoders.shapes import from_hf_config, is_language_model, param_count
 from compressor.errors import ModelLoadError
 from compressor.plan import plan
+from support import helpers
 
 CONFIG = {"model_type": "toy_decoder", "vocab_size": 256, "hidden_size": 64,
           "intermediate_size": 128, "num_hidden_layers": 6, "num_attention_heads": 4,
@@ -41,15 +41,7 @@ def expected_params() -> int:
 
 def write_header_only(path: Path, shape) -> Path:
     """A .safetensors file of `shape`'s tensors (F16 zeros), no config.json beside it."""
-    header, offset = {}, 0
-    for t in tensor_inventory(shape):
-        if not t.tied:
-            header[t.name] = {"dtype": "F16", "shape": list(t.shape),
-                              "data_offsets": [offset, offset + 2 * t.numel]}
-            offset += 2 * t.numel
-    raw = json.dumps(header).encode()
-    path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(offset))
-    return path
+    return helpers.safetensors_header(path, shape, "F16")
 
 
 def test_an_unregistered_family_is_refused():

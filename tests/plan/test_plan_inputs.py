@@ -4,16 +4,16 @@ on the terminal."""
 from __future__ import annotations
 
 import json
-import struct
 from pathlib import Path
 
 import pytest
 
 from compressor.cli import main
 from compressor.decoders.headers import describe
-from compressor.decoders.shapes import from_hf_config, param_count, tensor_inventory
+from compressor.decoders.shapes import from_hf_config, param_count
 from compressor.errors import ModelLoadError
 from compressor.plan import plan
+from support import helpers
 from support.plan_models import TINY_CONFIGS
 
 # TinyLlama-1.1B's config.json (TinyLlama/TinyLlama-1.1B-Chat-v1.0): 2,048 positions
@@ -44,15 +44,7 @@ def test_without_context_a_short_model_is_planned_at_its_own_length(tmp_path, ca
 
 def write_header(path: Path, config: dict) -> Path:
     """A .safetensors file with `config`'s tensors (F32 zeros)."""
-    header, offset = {}, 0
-    for t in tensor_inventory(from_hf_config(config)):
-        if not t.tied:
-            header[t.name] = {"dtype": "F32", "shape": list(t.stored_shape),
-                              "data_offsets": [offset, offset + 4 * t.numel]}
-            offset += 4 * t.numel
-    raw = json.dumps(header).encode()
-    path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(offset))
-    return path
+    return helpers.safetensors_header(path, from_hf_config(config))
 
 
 def test_a_config_json_that_does_not_match_its_weights_is_refused(tmp_path, capsys):

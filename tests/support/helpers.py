@@ -60,3 +60,23 @@ def built_once(tmp_path_factory: Any, name: str, build: Callable[[Path], Any]) -
             build(path)
             done.touch()
     return path
+
+
+def safetensors_header(path: Path, shape: Any, dtype: str = "F32") -> Path:
+    """A .safetensors file holding every (untied) tensor of `shape` (a decoders ModelShape) as
+    zeros of `dtype` (F32 / F16), stored as the checkpoint stores them (Conv1D: [in, out])."""
+    import json
+    import struct
+
+    from compressor.decoders.shapes import tensor_inventory
+
+    size = {"F32": 4, "F16": 2}[dtype]
+    header, offset = {}, 0
+    for t in tensor_inventory(shape):
+        if not t.tied:
+            header[t.name] = {"dtype": dtype, "shape": list(t.stored_shape),
+                              "data_offsets": [offset, offset + size * t.numel]}
+            offset += size * t.numel
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(offset))
+    return path

@@ -167,7 +167,10 @@ def _gptq_layers(model: Any, layers: torch.nn.ModuleList, plan: WeightOnlyPlan,
     quantized: dict[str, QuantizedLinear] = {}
     for index, layer in enumerate(layers):
         matrices = layer_matrices(layer, f"{prefix}.{index}")
-        hessians = input_hessians(matrices, lambda: [_run(layer, h, layer_kwargs) for h in hidden])
+        def run_layer(layer=layer, hidden=hidden) -> list[torch.Tensor]:   # this layer's inputs
+            return [_run(layer, h, layer_kwargs) for h in hidden]
+
+        hessians = input_hessians(matrices, run_layer)
         for name, m in matrices.items():
             quantized[name] = kept.get(name) or quantize_matrix(
                 m, hessians[name], plan.bits, plan.group_size, plan.symmetric)
