@@ -3,7 +3,8 @@ liveness, batching and latency timing. Pure numpy; no runtime is imported here.
 
 Each format reduces its graph to the same plain shapes: `ops` as a list of
 (op_type, input_ids, output_ids) in execution order, constant tensor ids, and byte sizes of
-the activation tensors. Everything below works on those lists.
+the activation tensors. Everything below works on those lists (and runtimes/macs.py's MAC
+count, re-exported here as `kernel_macs`).
 """
 from __future__ import annotations
 
@@ -19,8 +20,7 @@ import numpy as np
 from compressor.errors import DataError
 from compressor.core.tensors import matched
 from compressor.runtimes.base import WeightTensor
-
-Op = tuple[str, Sequence, Sequence]   # (op_type, input tensor ids, output tensor ids)
+from compressor.runtimes.macs import Op, kernel_macs  # noqa: F401 - MACs: one table, runtimes/macs.py
 
 # Memory a runtime needs for one model besides its weights and activations, once the runtime
 # is imported: interpreter / session objects, thread pool, allocator slack and the code pages
@@ -85,32 +85,6 @@ def find_kernels(ops: Sequence[Op], constants: Iterable, kernel_inputs: Mapping[
     constants = set(constants)
     producer = {out: op for op in ops for out in op[2]}
     return {kernel for _, kernel in _kernel_uses(ops, constants, producer, kernel_inputs, passthrough)}
-
-
-def kernel_macs(ops: Sequence[Op], weight_sizes: Mapping, output_shapes: Mapping,
-                kernel_inputs: Mapping[str, Sequence[int]], passthrough: Mapping[str, int],
-                channel_axis: Mapping[str, int]) -> int:
-    """Multiply-accumulates of one sample through every conv / dense / matmul op with a
-    constant weight: output positions x weight elements (a conv computes every weight once
-    per output pixel, a depthwise conv or a grouped one too, a dense layer once per row).
-
-    `weight_sizes` maps constant ids to element counts, `output_shapes` op outputs to their
-    batch-1 shapes, `channel_axis` op types to their output's channel axis (default last).
-    Ops whose output shape is unknown count 0.
-    """
-    producer = {out: op for op in ops for out in op[2]}
-    total, counted = 0, set()
-    for op, weight in _kernel_uses(ops, set(weight_sizes), producer, kernel_inputs, passthrough):
-        if id(op) in counted:
-            continue   # a MatMul of two constants counts once
-        counted.add(id(op))
-        shape = output_shapes.get(op[2][0]) if op[2] else None
-        if not shape or any(int(d) < 1 for d in shape):
-            continue
-        channels = int(shape[channel_axis.get(op[0], -1)])
-        total += int(np.prod([int(d) for d in shape], dtype=np.int64)) // channels \
-            * int(weight_sizes[weight])
-    return total
 
 
 def _kernel_uses(ops: Sequence[Op], constants: set, producer: Mapping,

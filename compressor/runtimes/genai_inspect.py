@@ -16,9 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
+from compressor.core.kernel_ops import ONNX_PASSTHROUGH
 from compressor.runtimes.base import ArtifactInfo, WeightTensor
 from compressor.runtimes.common import RUNTIME_OVERHEAD_BYTES, _ByteCounter, weight_summary
 from compressor.runtimes.genai import kv_cache_bytes, read_config
+from compressor.runtimes.macs import kernel_macs
 
 QUANTIZED_OPS = ("MatMulNBits", "GatherBlockQuantized")
 ROTARY_TABLES = ("cos_cache", "sin_cache")
@@ -69,7 +71,7 @@ def inspect_genai(folder: Path) -> ArtifactInfo:
             load_external_data_for_tensor(tensor, str(folder))
         return numpy_helper.to_array(tensor)
 
-    weights, macs, weight_bytes = [], 0, 0
+    weights, weight_bytes = [], 0
     for tensor in graph.initializer:
         values = array(tensor)
         weight_bytes += values.size * 4 if tensor.name in folded else values.nbytes
@@ -86,12 +88,12 @@ def inspect_genai(folder: Path) -> ArtifactInfo:
         weights.append(WeightTensor(tensor.name, values.dtype.name, tuple(values.shape),
                                     int(np.count_nonzero(values == 0)) if is_kernel else 0,
                                     is_kernel, reader=_reader(graph, tensor.name)))
-    for node in graph.node:   # multiply-accumulates per token
-        if node.op_type == "MatMulNBits":
-            attrs = {a.name: a.i for a in node.attribute}
-            macs += attrs["N"] * attrs["K"]
-        elif node.op_type == "MatMul" and cast_from.get(node.input[1], node.input[1]) in inits:
-            macs += int(np.prod(inits[cast_from.get(node.input[1], node.input[1])].dims))
+    # multiply-accumulates per token (one position per op), by runtimes/macs.py's table; a
+    # packed B counts as the [N, K] it encodes
+    shapes = {t.name: tuple(t.dims) for t in graph.initializer}
+    shapes.update({name: (n, k) for name, (_, n, k, _, _) in packed.items()})
+    macs = kernel_macs([(n.op_type, list(n.input), list(n.output)) for n in graph.node],
+                       shapes, None, ONNX_PASSTHROUGH)
     size, gzip_size, sha = folder_facts(folder)
     params, dtypes, sparsity = weight_summary(weights)
     vocab, hidden = int(config["model"]["vocab_size"]), int(decoder["hidden_size"])

@@ -7,16 +7,14 @@ Only the main graph is inspected; subgraphs of If / Loop / Scan are not walked.
 """
 from __future__ import annotations
 
-import contextlib
-import tempfile
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
 from compressor.errors import BackendUnavailableError, ModelLoadError
-from compressor.core.kernel_ops import ONNX_KERNEL_INPUTS, ONNX_OUTPUT_CHANNEL_AXIS, ONNX_PASSTHROUGH
-from compressor.runtimes.base import ArtifactInfo, SampleShapes, WeightTensor, sample_of
+from compressor.core.kernel_ops import ONNX_KERNEL_INPUTS, ONNX_PASSTHROUGH
+from compressor.runtimes.base import ArtifactInfo, SampleShapes, WeightTensor
 from compressor.runtimes.common import (
     RUNTIME_OVERHEAD_BYTES,
     as_input_list,
@@ -31,6 +29,7 @@ from compressor.runtimes.common import (
     time_calls,
     weight_summary,
 )
+from compressor.runtimes.onnx_shapes import batch1_shapes, dims_of
 
 # (consumer op, input index) -> (input index of that weight's zero point, default axis of a per-channel zp)
 ZERO_POINT_INPUT = {("DequantizeLinear", 0): (2, 1), ("QLinearConv", 3): (5, 0),
@@ -134,59 +133,9 @@ def _load(path: Path):
     return model
 
 
-def _dims(type_proto) -> list[int] | None:
-    """Shape with -1 for symbolic or unknown dimensions; None when even the rank is unknown."""
-    if not type_proto.tensor_type.HasField("shape"):
-        return None
-    return [d.dim_value if d.HasField("dim_value") else -1 for d in type_proto.tensor_type.shape.dim]
-
-
-def _batch1_shapes(model, sample_shapes: SampleShapes | None = None
-                   ) -> dict[str, tuple[list[int], int]]:
-    """name -> (shape, onnx elem type) of every value, for one sample: the batch dim set to 1
-    and other free input dims to `sample_shapes` (input name -> one sample's shape, from the
-    data). onnxruntime's symbolic shape inference follows the Shape -> Reshape arithmetic of
-    exported attention blocks, where onnx's own inference loses the batch dim and every
-    MatMul after the first reshape would count 0 MACs; onnx's is the fallback."""
-    onnx = _onnx()
-    model = onnx.ModelProto.FromString(model.SerializeToString())   # inference must not touch the caller's copy
-    initializers = {t.name for t in model.graph.initializer}
-    inputs = [value for value in model.graph.input if value.name not in initializers]
-    for value in inputs:
-        sample = sample_of(sample_shapes, value.name, len(inputs) == 1)
-        for axis, dim in enumerate(value.type.tensor_type.shape.dim):
-            if dim.HasField("dim_value"):
-                continue
-            if axis == 0:
-                dim.dim_value = 1
-            elif sample is not None and axis - 1 < len(sample):
-                dim.dim_value = int(sample[axis - 1])
-    model = _inferred(model)
-    values = [*model.graph.input, *model.graph.value_info, *model.graph.output]
-    return {v.name: (_dims(v.type), v.type.tensor_type.elem_type) for v in values}
-
-
-def _inferred(model):
-    onnx = _onnx()
-    try:
-        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-
-        # When it cannot infer every shape it saves the model into the working directory
-        # (sym_shape_infer_temp.onnx + external data) before raising: keep that in a temp dir.
-        with tempfile.TemporaryDirectory(prefix="compressor-shapes-") as scratch, \
-                contextlib.chdir(scratch):
-            return SymbolicShapeInference.infer_shapes(model, auto_merge=True)
-    except Exception:   # noqa: BLE001 - any op it cannot follow: onnx's own inference below
-        pass
-    try:
-        return onnx.shape_inference.infer_shapes(model, data_prop=True)
-    except onnx.shape_inference.InferenceError:
-        return model   # the shapes the model declares; values with unknown shape count 0 bytes
-
-
 def _io(values, initializers: set[str]) -> list[dict]:
     onnx = _onnx()
-    return [{"name": v.name, "shape": _dims(v.type),
+    return [{"name": v.name, "shape": dims_of(v.type),
              "dtype": np.dtype(onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type)).name}
             for v in values if v.name not in initializers]
 
@@ -249,7 +198,7 @@ def inspect_onnx(path: Path, sample_shapes: SampleShapes | None = None) -> Artif
                                     readers.get(name, "")))
     weight_bytes = sum(v.nbytes for v in constants.values())
 
-    shapes = _batch1_shapes(model, sample_shapes)
+    shapes = batch1_shapes(model, sample_shapes)
     activations = {}
     for name, (dims, elem_type) in shapes.items():
         if name in constants or not elem_type:
@@ -267,9 +216,10 @@ def inspect_onnx(path: Path, sample_shapes: SampleShapes | None = None) -> Artif
     # originals) plus activations. Measured on float32 MLPs of 1-64 MB (onnxruntime 1.32):
     # estimate - peak RSS growth = +1.0 to +1.5 MiB.
     largest = max((v.nbytes for v in constants.values()), default=0)
-    macs = kernel_macs(compute, {name: v.size for name, v in constants.items()},
+    macs = kernel_macs(compute, _logical_shapes(graph, constants),
                        {name: dims for name, (dims, _) in shapes.items() if dims is not None},
-                       ONNX_KERNEL_INPUTS, ONNX_PASSTHROUGH, ONNX_OUTPUT_CHANNEL_AXIS)
+                       ONNX_PASSTHROUGH, {n.output[0]: _attr(n, "equation", b"").decode()
+                                          for n in graph.node if n.op_type == "Einsum"})
     size, gzip_size, sha = file_facts(path)
     params, dtypes, sparsity = weight_summary(weights)
     inputs = _io(graph.input, inits)
@@ -281,3 +231,20 @@ def inspect_onnx(path: Path, sample_shapes: SampleShapes | None = None) -> Artif
         est_peak_memory_bytes=weight_bytes + max(largest, peak) + RUNTIME_OVERHEAD_BYTES["onnx"],
         macs=macs,
         weights=tuple(weights))
+
+
+def _attr(node, name: str, default):
+    onnx = _onnx()
+    return next((onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == name),
+                default)
+
+
+def _logical_shapes(graph, constants: dict[str, np.ndarray]) -> dict[str, tuple[int, ...]]:
+    """Constant -> the shape its MACs count: its own, but [N, K] for the packed B of
+    MatMulNBits / MatMulBnb4 (the node's attributes)."""
+    shapes = {name: tuple(v.shape) for name, v in constants.items()}
+    for node in graph.node:
+        if node.op_type in ("MatMulNBits", "MatMulBnb4") and len(node.input) > 1 \
+                and node.input[1] in shapes:
+            shapes[node.input[1]] = (int(_attr(node, "N", 0)), int(_attr(node, "K", 0)))
+    return shapes

@@ -227,9 +227,8 @@ def inspect_tflite(path: Path, sample_shapes: SampleShapes | None = None) -> Art
     size, gzip_size, sha = file_facts(path)
     params, dtypes, sparsity = weight_summary(weights)
     shapes = {i: batch1_shape(t) for i, t in tensors.items() if i not in constant_set}
-    macs = kernel_macs(ops, {t: int(np.prod(tensors[t]["shape"])) for t in constants},
-                       fully_connected_rows(ops, tensors, shapes), TFLITE_KERNEL_INPUTS,
-                       TFLITE_PASSTHROUGH, {})
+    macs = kernel_macs(ops, {t: [int(d) for d in tensors[t]["shape"]] for t in constants},
+                       fully_connected_rows(ops, tensors, shapes), TFLITE_PASSTHROUGH)
     estimate = (size + sum(weight_bytes[t] for t in packed) + temporary + peak
                 + RUNTIME_OVERHEAD_BYTES["tflite"])
     named_inputs = _io(interp, inputs, "inputs")
