@@ -5,7 +5,8 @@ onnxruntime's symbolic shape inference follows the Shape -> Reshape arithmetic o
 attention blocks, where onnx's own inference loses the batch dim; it stops, though, at the
 first op it has no rule for, and a file onnxruntime saved after optimizing (or its
 transformers optimizer wrote) is full of such ops: DynamicQuantizeMatMul,
-MatMulIntegerToFloat, FusedMatMul, FusedGemm, FusedConv, QGemm, QAttention. `_ContribShapes`
+MatMulIntegerToFloat, FusedMatMul, FusedGemm, FusedConv, QGemm, QAttention,
+QEmbedLayerNormalization. `_ContribShapes`
 adds rules for those, so every MatMul after them keeps its shape (and its MACs).
 """
 from __future__ import annotations
@@ -99,7 +100,8 @@ def _contrib_class(base):
                 "FusedGemm": lambda node: self._matmul(node, 0, 1, self._type(node, 0)),
                 "QGemm": lambda node: self._matmul(node, 0, 3, self._type(node, 0) if len(
                     node.input) > 8 and node.input[8] else TensorProto.FLOAT),
-                "FusedConv": self._fused_conv, "QAttention": self._qattention})
+                "FusedConv": self._fused_conv, "QAttention": self._qattention,
+                "QEmbedLayerNormalization": self._qembed})
 
         def _type(self, node, index):
             return self.known_vi_[node.input[index]].type.tensor_type.elem_type
@@ -128,6 +130,13 @@ def _contrib_class(base):
             shape = self._compute_conv_pool_shape(node)
             self._update_computed_dims(shape)
             self._set(node, self._type(node, 0), get_shape_from_sympy_shape(shape))
+
+        def _qembed(self, node):
+            """EmbedLayerNormalization's shapes; float outputs from the int8 tables."""
+            self._infer_EmbedLayerNormalization(node)
+            for index in (0, 2):
+                if index < len(node.output) and node.output[index]:
+                    self.known_vi_[node.output[index]].type.tensor_type.elem_type = TensorProto.FLOAT
 
         def _qattention(self, node):
             """[batch, sequence, hidden]: the input's shape with the bias's third as its width."""

@@ -78,9 +78,20 @@ def _conv_transpose(tmp_path):   # 4 -> 2 channels, 3x3, stride 2: each of 5x5 i
                     [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
 
 
+def _qattention(tmp_path):   # the fused int8 Q, K, V projection of onnxruntime's quantized BERT
+    inputs = ["a", "w", "bias", "sa", "sw", "", "za", "zw"]
+    node = helper.make_node("QAttention", inputs, ["y"], domain="com.microsoft", num_heads=4)
+    return _macs_of(tmp_path, [node], [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, M, K])],
+                    [numpy_helper.from_array(_int8(K, 3 * K), "w"),
+                     numpy_helper.from_array(np.zeros(3 * K, np.float32), "bias"), _scalar("sa", 0.1),
+                     _scalar("sw", 0.1), _scalar("za", 128, np.uint8), _scalar("zw", 0, np.int8)],
+                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+
+
 @pytest.mark.parametrize(("build", "expected"), [
     (_matmul_integer, M * K * N), (_qlinear_matmul, M * K * N), (_matmul_nbits, M * K * N),
-    (_conv_integer, 8 * 8 * 8 * 3 * 3 * 3), (_conv_transpose, 5 * 5 * 4 * 2 * 3 * 3)],
+    (_conv_integer, 8 * 8 * 8 * 3 * 3 * 3), (_conv_transpose, 5 * 5 * 4 * 2 * 3 * 3),
+    (_qattention, M * K * 3 * K)],
     ids=lambda v: getattr(v, "__name__", ""))
 def test_one_node_graph_counts_m_k_n(tmp_path, build, expected):
     assert build(tmp_path) == expected
