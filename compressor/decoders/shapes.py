@@ -133,7 +133,7 @@ def _rope(cfg: dict, family: Family, head_dim: int, max_pos: int) -> tuple[tuple
     return (max_pos,), rotary_dim
 
 
-def _text(config: dict) -> dict:
+def text_config(config: dict) -> dict:
     """config.json, or a multimodal config's `text_config` (its language model)."""
     cfg = dict(config)
     if isinstance(cfg.get("text_config"), dict):
@@ -153,7 +153,7 @@ def is_language_model(config: dict) -> bool:
     if find_family(family) is not None or find_family(f"{family}_text") is not None:
         return True
     count = counter()
-    return bool(count is not None and count.knows(_text(config)))
+    return bool(count is not None and count.knows(text_config(config)))
 
 
 def _counted(cfg: dict, family: Family | None, where: str) -> tuple[dict, tuple[TensorSpec, ...]]:
@@ -179,7 +179,7 @@ def from_hf_config(config: dict, name: str = "", source: str = "") -> ModelShape
     model type transformers ships that no entry describes, by the installed counter. Others
     are refused: their counts would be guesses."""
     where = source or name or "config.json"
-    cfg = _text(config)
+    cfg = text_config(config)
     family = find_family(str(cfg.get("model_type", "")))
     inventory: tuple[TensorSpec, ...] = ()
     if family is None or family.layout != "standard":

@@ -15,7 +15,7 @@ from compressor.decoders.catalogue import entries  # noqa: E402
 from compressor.decoders.families import find_family  # noqa: E402
 from compressor.decoders.footprint import Storage, weight_bytes  # noqa: E402
 from compressor.decoders.shapes import (  # noqa: E402
-    _text,
+    text_config,
     active_param_count,
     from_hf_config,
     is_language_model,
@@ -52,12 +52,12 @@ def table(tensors) -> dict:
 def test_every_standard_family_equals_the_meta_count_tiny_and_catalogue():
     configs = dict(STANDARD)
     configs.update({f"catalogue {n}": e.config for n, e in entries().items()
-                    if getattr(find_family(_text(e.config)["model_type"]), "layout", "") == "standard"})
+                    if getattr(find_family(text_config(e.config)["model_type"]), "layout", "") == "standard"})
     assert {"catalogue gemma-7b", "catalogue granite-3.1-2b", "catalogue smollm3-3b"} <= set(configs)
     for name, config in configs.items():
         shape = from_hf_config(config)
         assert not shape.inventory, name                       # the fast path: no framework
-        numbers, counted = count(_text(config))
+        numbers, counted = count(text_config(config))
         assert table(tensor_inventory(shape)) == table(counted), name
         got = (shape.hidden_size, shape.num_heads, shape.num_kv_heads, shape.head_dim,
                shape.num_layers, shape.vocab_size, shape.intermediate_size,

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from compressor.decoders.families import find_family, missing_route
+from compressor.decoders.shapes import text_config
 from compressor.errors import BackendUnavailableError, CompressorError
 from compressor.formats import format_names
 
@@ -46,15 +47,9 @@ def _namespace(config: dict) -> SimpleNamespace:
                               else v for k, v in config.items()})
 
 
-def _text_config(config: dict) -> dict:
-    text = config.get("text_config")
-    return {"model_type": f"{config.get('model_type', '')}_text", **text} \
-        if isinstance(text, dict) else config
-
-
 def refusals(config: dict, formats: tuple[str, ...]) -> dict[str, str]:
     """format -> why it cannot be written for this config, for each of `formats` that cannot."""
-    family = find_family(str(_text_config(config).get("model_type", "")))
+    family = find_family(str(text_config(config).get("model_type", "")))
     found = {}
     for fmt in formats:
         check = ROUTE_CHECKS.get(fmt)
@@ -68,14 +63,15 @@ def writable_formats(config: dict, formats: tuple[str, ...], explicit: bool
                      ) -> tuple[tuple[str, ...], str | None]:
     """(the formats to write, a note on those dropped). Raises BackendUnavailableError (exit 2)
     when an explicitly asked-for format, or every format, cannot be written."""
-    refused = refusals(config, formats)
+    every = refusals(config, tuple(format_names()))
+    refused = {fmt: every[fmt] for fmt in formats if fmt in every}
     if not refused:
         return formats, None
     kept = tuple(f for f in formats if f not in refused)
-    others = [f for f in format_names() if f not in refusals(config, tuple(format_names()))]
+    others = [f for f in format_names() if f not in every]
     if explicit or not kept:
         fmt, reason = next(iter(refused.items()))
-        fix = (f"; use --format {','.join(others)}" if others and fmt not in others and
+        fix = (f"; use --format {','.join(others)}" if others and
                not any(o in reason for o in others) else "")
         raise BackendUnavailableError(f"--format {fmt}: {reason}{fix}")
     return kept, "; ".join(f"export: {fmt} skipped: {why}" for fmt, why in refused.items())

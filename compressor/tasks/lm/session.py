@@ -54,32 +54,32 @@ def check_plan_fits(model: Any, recipe: Recipe, target: str | None, context: int
                     force_plan: bool) -> dict | None:
     """`compress plan`'s verdict before any work: a recipe (built-in or a user's file) whose
     plan cannot fit the target is refused (exit 4) unless --force-plan; the plan of one that
-    fits (report.json `plan`). A model that is no path or built-in name (`module:function`, a
-    Python object) has no shapes to read yet: `plan_loaded` plans it once loaded."""
-    if target is None or force_plan or not planned_before_loading(model):
+    fits (report.json `plan`). The model's description is read once, from config.json and the
+    weights' headers: a config.json that does not describe the weights beside it is refused
+    (ConfigMismatchError, exit 2) before transformers loads it, with or without a target. A
+    model that is no path or built-in name (`module:function`, a Python object) has no shapes
+    to read yet: `plan_loaded` plans it once loaded."""
+    if not planned_before_loading(model):
         return None
-    from compressor.decoders.headers import describe
-    from compressor.plan import plan_gate
-
-    shape = describe(str(model)).shape
-    limit = shape.max_position_embeddings if shape else DEFAULT_CONTEXT
-    return plan_gate(str(model), recipe, target, context or min(limit, DEFAULT_CONTEXT))
-
-
-def check_weights_match(model: Any) -> None:
-    """A config.json that does not describe the weights beside it is refused from the headers
-    (ConfigMismatchError, exit 2) before transformers loads it; a model the plan has no shapes
-    for is left to the loader."""
     import compressor.plan  # noqa: F401  (installs the meta-device counter: any family)
     from compressor.decoders.headers import describe
     from compressor.errors import ConfigMismatchError, ModelLoadError
 
+    gated = target is not None and not force_plan
     try:
-        describe(str(model))
+        shape = describe(str(model)).shape
     except ConfigMismatchError:
         raise
     except ModelLoadError:
-        return
+        if gated:
+            raise
+        return None   # no plan asked for: the loader says what is wrong with the model
+    if not gated:
+        return None
+    from compressor.plan import plan_gate
+
+    limit = shape.max_position_embeddings if shape else DEFAULT_CONTEXT
+    return plan_gate(str(model), recipe, target, context or min(limit, DEFAULT_CONTEXT))
 
 
 def planned_before_loading(model: Any) -> bool:
