@@ -67,19 +67,16 @@ def check_plan_fits(model: Any, recipe: Recipe, target: str | None, context: int
 
     gated = target is not None and not force_plan
     try:
-        shape = describe(str(model)).shape
-    except ConfigMismatchError:
-        raise
-    except ModelLoadError:
-        if gated:
+        describe(str(model))
+    except ModelLoadError as exc:   # without a plan to make, the loader says what is wrong
+        if gated or isinstance(exc, ConfigMismatchError):
             raise
-        return None   # no plan asked for: the loader says what is wrong with the model
+        return None
     if not gated:
         return None
     from compressor.plan import plan_gate
 
-    limit = shape.max_position_embeddings if shape else DEFAULT_CONTEXT
-    return plan_gate(str(model), recipe, target, context or min(limit, DEFAULT_CONTEXT))
+    return plan_gate(str(model), recipe, target, context)   # None: the model's, at most 4096
 
 
 def planned_before_loading(model: Any) -> bool:
@@ -99,10 +96,8 @@ def plan_loaded(request: OpenRequest, loaded: Any) -> dict | None:
         return None
     from compressor.plan import plan_gate
 
-    config = loaded.model.config.to_dict()
-    limit = config.get("max_position_embeddings") or DEFAULT_CONTEXT
-    return plan_gate(config, request.recipe, request.target,
-                     request.context or min(limit, DEFAULT_CONTEXT))
+    return plan_gate(loaded.model.config.to_dict(), request.recipe, request.target,
+                     request.context)   # None: the model's positions, at most 4096
 
 
 def check_quantize_steps(loaded: Any, recipe: Recipe) -> None:
