@@ -4,9 +4,9 @@ gate/up/down), or a model_type no family entry describes but transformers ships 
 
 Counting those means building transformers' own model on the meta device, and decoders/ sits
 below the packages that may import a framework: the counter lives in
-compressor/backends/llm/meta_shapes.py and is installed here by the packages above it that
-may reach it (plan/, the language-model kind). Without one installed such a config is refused
-as before. Pure Python.
+compressor/backends/llm/meta_shapes.py and is installed here by plan/ (above backends) when
+it is imported (`compress plan`, the language-model task's checks before loading). Without
+one installed such a config is refused as before. Pure Python.
 
 A counter has two methods:
 

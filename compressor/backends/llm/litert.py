@@ -143,16 +143,9 @@ def write_float_folder(loaded: Any, folder: Path) -> dict[bytes, str]:
 def matrix_keys(name: str, weight: Any) -> list[tuple[str, Any]]:
     """(key, [N, K] QuantizedLinear) per matrix of a quantized weight: its name, or
     "name[e]" per expert of stacked experts (the converter gives each its own constant)."""
-    if weight.experts is None:
-        return [(name, weight)]
-    return [(f"{name}[{e}]", weight.expert(e)) for e in range(weight.experts)]
-
-
-def _matrix(loaded: Any, key: str) -> Any:
-    if key in loaded.quantized:
-        return loaded.quantized[key]
-    name, _, expert = key[:-1].rpartition("[")
-    return loaded.quantized[name].expert(int(expert))
+    single = weight.experts is None
+    return [(name if single else f"{name}[{e}]", matrix)
+            for e, matrix in enumerate(weight.matrices())]
 
 
 def convert(folder: Path, out: Path, prefill: list[int], context: int, log: Path) -> Path:
@@ -189,12 +182,14 @@ def _store_integers(model: Any, loaded: Any, digests: dict[bytes, str], ctx: Any
     from compressor.backends.llm.litert_grid import ROUNDED_AGAIN, SCALES_ROUNDED, on_litert_grid
     from compressor.backends.llm.litert_weights import store_integers
 
+    matrices = dict(pair for name, weight in loaded.quantized.items()
+                    for pair in matrix_keys(name, weight))
     grids, how = {}, {}
     for key, name in digests.items():
-        grids[key], how[name] = on_litert_grid(_matrix(loaded, name))
+        grids[key], how[name] = on_litert_grid(matrices[name])
 
     def dequantized(key: bytes):
-        return _matrix(loaded, digests[key]).dequantize().numpy()
+        return matrices[digests[key]].dequantize().numpy()
 
     found = store_integers(model, grids, dequantized)
     missing = sorted(digests[key] for key in set(digests) - set(found))

@@ -19,7 +19,6 @@ import json
 from functools import lru_cache
 from typing import Any
 
-from compressor.decoders.counting import set_counter
 from compressor.decoders.shapes import TensorSpec
 from compressor.errors import ModelLoadError
 
@@ -217,15 +216,3 @@ def _numbers(config: Any, model: Any, inventory: tuple[TensorSpec, ...]) -> dict
     if not rotary:
         resolved["partial_rotary_factor"] = 0.0     # learned positions (GPT-2): no cos/sin caches
     return resolved
-
-
-class MetaCounter:
-    """decoders/counting.py's counter: transformers' own model on the meta device."""
-
-    knows = staticmethod(knows)
-    count = staticmethod(count)
-
-
-def install() -> None:
-    """Make decoders count what its tables do not describe (compress plan, the LM kind)."""
-    set_counter(MetaCounter())
