@@ -17,7 +17,3 @@ ONNX_KERNEL_INPUTS = {"Conv": (1,), "ConvTranspose": (1,), "Gemm": (0, 1), "MatM
                       "ConvInteger": (1,), "MatMulInteger": (0, 1), "QLinearConv": (3,),
                       "QLinearMatMul": (0, 3), "MatMulNBits": (1,)}
 ONNX_PASSTHROUGH = {"DequantizeLinear": 0, "Cast": 0, "Identity": 0, "Transpose": 0, "Reshape": 0}
-
-# The channel axis of each kernel op's output where it is not the last (ONNX convs are NCHW);
-# MAC counts divide the output by it to get the positions every weight is used at.
-ONNX_OUTPUT_CHANNEL_AXIS = {"Conv": 1, "ConvTranspose": 1, "ConvInteger": 1, "QLinearConv": 1}

@@ -3,8 +3,8 @@ liveness, batching and latency timing. Pure numpy; no runtime is imported here.
 
 Each format reduces its graph to the same plain shapes: `ops` as a list of
 (op_type, input_ids, output_ids) in execution order, constant tensor ids, and byte sizes of
-the activation tensors. Everything below works on those lists (and runtimes/macs.py's MAC
-count, re-exported here as `kernel_macs`).
+the activation tensors. Everything below works on those lists, and so does runtimes/macs.py's
+MAC count.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import numpy as np
 from compressor.errors import DataError
 from compressor.core.tensors import matched
 from compressor.runtimes.base import WeightTensor
-from compressor.runtimes.macs import Op, kernel_macs  # noqa: F401 - MACs: one table, runtimes/macs.py
+from compressor.runtimes.macs import Op
 
 # Memory a runtime needs for one model besides its weights and activations, once the runtime
 # is imported: interpreter / session objects, thread pool, allocator slack and the code pages

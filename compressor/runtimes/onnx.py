@@ -15,6 +15,7 @@ import numpy as np
 from compressor.errors import BackendUnavailableError, ModelLoadError
 from compressor.core.kernel_ops import ONNX_KERNEL_INPUTS, ONNX_PASSTHROUGH
 from compressor.runtimes.base import ArtifactInfo, SampleShapes, WeightTensor
+from compressor.runtimes.macs import kernel_macs
 from compressor.runtimes.common import (
     RUNTIME_OVERHEAD_BYTES,
     as_input_list,
@@ -23,7 +24,6 @@ from compressor.runtimes.common import (
     file_facts,
     find_kernels,
     fixed_batch_of,
-    kernel_macs,
     peak_live_bytes,
     predict_in_batches,
     time_calls,

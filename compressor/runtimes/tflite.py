@@ -20,6 +20,7 @@ from compressor.core.quiet import muted_native_output
 from compressor.runtimes.base import ArtifactInfo, SampleShapes, WeightTensor
 from compressor.runtimes.tflite_shapes import (fully_connected_rows, signature_ordered,
                                                sized_to_samples)
+from compressor.runtimes.macs import kernel_macs
 from compressor.runtimes.common import (
     RUNTIME_OVERHEAD_BYTES,
     as_input_list,
@@ -28,7 +29,6 @@ from compressor.runtimes.common import (
     file_facts,
     find_kernels,
     fixed_batch_of,
-    kernel_macs,
     peak_live_bytes,
     predict_in_batches,
     time_calls,
