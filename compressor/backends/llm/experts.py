@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from compressor.backends.llm.grid import gram
 from compressor.backends.llm.model import QuantizedLinear
 
 MIN_EXPERT_TOKENS = 16    # fewer routed calibration tokens: RTN for that expert
@@ -79,16 +80,12 @@ class ExpertInputs:
                 continue
             scale = weights[token, slot].to(torch.float32)[:, None]
             x = hidden[token]
-            self.first[expert] += _gram(x * scale)
-            self.down[expert] += _gram(first_projection(module, expert, x) * scale)
+            self.first[expert] += gram(x * scale)
+            self.down[expert] += gram(first_projection(module, expert, x) * scale)
             self.tokens[expert] += len(token)
 
     def remove(self) -> None:
         self.handle.remove()
-
-
-def _gram(rows: torch.Tensor) -> torch.Tensor:
-    return rows.T @ rows
 
 
 def quantize_experts(param: torch.Tensor, transposed: bool, quantize_one: Any,

@@ -70,6 +70,12 @@ def _on_grid(w: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, maxq: int
     return torch.clamp(torch.round(w / scale) + zero, 0, maxq)
 
 
+def gram(x: torch.Tensor) -> torch.Tensor:
+    """X^T X of inputs x [..., K] (float32 [K, K]): the Hessian GPTQ takes, summed per batch."""
+    rows = x.reshape(-1, x.shape[-1]).to(torch.float32)
+    return rows.T @ rows
+
+
 def rtn(weight: torch.Tensor, bits: int, group_size: int, symmetric: bool = False
         ) -> QuantizedLinear:
     """Round to nearest on each group's searched grid (grid_params), RTN_ROWS rows at a time: the float32

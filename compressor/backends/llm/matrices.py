@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from compressor.backends.llm.experts import ExpertInputs, is_experts, projections, quantize_experts
-from compressor.backends.llm.grid import gptq, rtn
+from compressor.backends.llm.grid import gptq, gram, rtn
 from compressor.backends.llm.model import QuantizedLinear
 
 
@@ -86,8 +86,7 @@ def input_hessians(matrices: dict[str, Matrix], run: Callable[[], None]) -> dict
 
     def accumulate(name: str):
         def hook(module: Any, args: tuple, output: Any) -> None:
-            rows = args[0].reshape(-1, args[0].shape[-1]).to(torch.float32)
-            sums[name] += rows.T @ rows
+            sums[name] += gram(args[0])
         return hook
 
     for name, m in matrices.items():

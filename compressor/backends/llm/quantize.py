@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from compressor.backends.llm.grid import gptq, rtn
+from compressor.backends.llm.grid import gptq, gram, rtn
 from compressor.backends.llm.matrices import Matrix, input_hessians, layer_matrices, quantize_matrix
 from compressor.backends.llm.model import LoadedLm, QuantizedLinear
 from compressor.core.memory import release_file_pages, trim_heap
@@ -184,7 +184,7 @@ def _gptq_layers(model: Any, layers: torch.nn.ModuleList, plan: WeightOnlyPlan,
     head_name = _param_name(model, head.weight)
     norm = _final_norm(model)
     head_inputs = [norm(h) for h in hidden]
-    hessian = sum(_gram(x) for x in head_inputs)
+    hessian = sum(gram(x) for x in head_inputs)
     quantized[head_name] = kept.get(head_name) or gptq(head.weight, hessian, plan.bits,
                                                        plan.group_size, plan.symmetric)
     release(head.weight)
@@ -230,11 +230,6 @@ def _layer0_inputs(model: Any, layers: torch.nn.ModuleList, calibration: np.ndar
 def _run(layer: Any, hidden: torch.Tensor, kwargs: dict[str, Any]) -> torch.Tensor:
     out = layer(hidden, **kwargs)
     return out[0] if isinstance(out, tuple) else out
-
-
-def _gram(x: torch.Tensor) -> torch.Tensor:
-    rows = x.reshape(-1, x.shape[-1]).to(torch.float32)
-    return rows.T @ rows
 
 
 def quantized_weights(loaded: LoadedLm) -> contextlib.AbstractContextManager:
