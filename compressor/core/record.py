@@ -29,6 +29,7 @@ class RunRecord:
         self._sections: list[ReportSection] = []
         self._failed: list[dict[str, Any]] = []
         self._notes: list[tuple[str, Any]] = []
+        self._entries: dict[str, dict[str, Any]] = {}
 
     def add_timing(self, name: str, seconds: float, index: int | None = None) -> None:
         """`name`'s seconds; a name already taken (a recipe's second prune step) is kept
@@ -51,6 +52,12 @@ class RunRecord:
     def add_note(self, key: str, value: Any) -> None:
         self._notes.append((key, value))
 
+    def add_note_entry(self, key: str, entry: str, value: Any) -> None:
+        """One entry of a note several exports add to (`candidates`: each artifact's search):
+        report.json lists the entries in order; a later one with the same `entry` (an export
+        run again, e.g. by the quantize fallback) supersedes it."""
+        self._entries.setdefault(key, {})[entry] = value
+
     # ------------------------------------------------------------------ the report's reads
 
     @property
@@ -72,4 +79,7 @@ class RunRecord:
 
     @property
     def notes(self) -> dict[str, Any]:
-        return dict(self._notes)
+        notes = dict(self._notes)
+        for key, entries in self._entries.items():   # a plain note of the same key goes first
+            notes[key] = ([notes[key]] if key in notes else []) + list(entries.values())
+        return notes

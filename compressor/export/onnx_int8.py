@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,19 +22,24 @@ from compressor.export.onnx_ranges import LearnedRanges, closest_to_float
 from compressor.core.kernel_ops import ONNX_KERNEL_INPUTS
 from compressor.core.tensors import matched
 
+if TYPE_CHECKING:
+    from compressor.core.record import RunRecord
+
 CALIBRATION_BATCH = 32
 
 
 def int8_onnx_from_float(proto: Any, samples: Any, float_layers: Sequence[str],
                          fallback_dtype: str, workdir: Path, mode: str = "ptq",
-                         learned: Callable[[], LearnedRanges] | None = None) -> Any:
+                         learned: Callable[[], LearnedRanges] | None = None,
+                         record: RunRecord | None = None) -> Any:
     """The int8 model of the float32 `proto` in quantize `mode`: ptq (and qat's trained
     weights) static QDQ calibrated on `samples` (one array for a single-input model, or input
     name -> array; a callable giving them, asked only for ptq / qat); dynamic; weight_only.
     The kernels of `float_layers` (layer names / module paths, matched as precision
     `exclude` patterns are) stay float. `learned()`: the activation ranges QAT learned; the
     file quantized with them competes with the recalibrated one (onnx_ranges.py; its inputs
-    matched to the graph's by name, else by position)."""
+    matched to the graph's by name, else by position). `record`: where dynamic int8 notes
+    the settings it tried (report.json "candidates")."""
     import onnx
 
     from compressor.export import onnx_quant
@@ -50,7 +55,7 @@ def int8_onnx_from_float(proto: Any, samples: Any, float_layers: Sequence[str],
         return onnx_quant.calibration_batches(_feeds(proto, arrays), CALIBRATION_BATCH)
 
     exclude = float_kernel_names(proto, float_layers)
-    quantize_file(source, target, mode, batches, exclude)
+    quantize_file(source, target, mode, batches, exclude, record=record)
     if learned is not None and mode not in ("dynamic", "weight_only"):
         ranges = learned()
         alternative = folder / "int8-learned-ranges.onnx"
@@ -67,15 +72,19 @@ def int8_onnx_from_float(proto: Any, samples: Any, float_layers: Sequence[str],
 
 def quantize_file(source: Path, target: Path, mode: str,
                   batches: Callable[[], list[dict[str, np.ndarray]]],
-                  exclude_nodes: Sequence[str], learned: LearnedRanges | None = None) -> None:
+                  exclude_nodes: Sequence[str], learned: LearnedRanges | None = None,
+                  record: RunRecord | None = None) -> None:
     """`source` quantized into `target` by onnxruntime's tools in quantize `mode`: dynamic
-    (activation outliers smoothed on `batches()` when there are training samples), weight_only,
-    or static QDQ (ptq, and qat's trained weights) calibrated on `batches()`."""
+    (its settings chosen on `batches()` when there are training samples, and noted in
+    `record`), weight_only, or static QDQ (ptq, and qat's trained weights) calibrated on
+    `batches()`."""
     from compressor.export import onnx_quant
 
     if mode == "dynamic":
-        onnx_quant.quantize_onnx_dynamic(source, target, exclude_nodes=exclude_nodes,
-                                         calibration=_optional(batches))
+        tried = onnx_quant.quantize_onnx_dynamic(source, target, exclude_nodes=exclude_nodes,
+                                                 calibration=_optional(batches))
+        if record is not None:
+            record.add_note_entry("candidates", tried["artifact"], tried)
     elif mode == "weight_only":
         onnx_quant.quantize_onnx_weight_only(source, target, exclude_nodes=exclude_nodes)
     else:

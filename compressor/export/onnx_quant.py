@@ -12,7 +12,7 @@ backend: the file a user gets is the one onnxruntime runs fastest.
 - `quantize_onnx_dynamic`: int8 weights, activations quantized per batch at run time
   (MatMulInteger / ConvInteger): the transformer / RNN route. Constants are folded first, so
   weights a converter stores behind Transpose / Reshape are initializers ORT can quantize; with
-  calibration batches, activation outliers are smoothed into the weights (onnx_smooth.py).
+  calibration batches, its settings are chosen per model by measurement (onnx_candidates.py).
 - `quantize_onnx_weight_only`: see onnx_weight_only.py.
 
 `exclude_nodes` are node names of the float32 file kept in float (quantize fallback, mixed
@@ -47,14 +47,6 @@ STATIC_OPTIONS = {"WeightSymmetric": True, "ActivationSymmetric": False}
 # +3% on an EfficientNetV2B0; agreement -0.6 / -5 pt on the same nets fed [0, 1] images), so
 # every kernel keeps 7 bits.
 REDUCE_RANGE = True
-# onnxruntime's dynamic quantizers but Gather: it would store a table as uint8 with one scale.
-# 7-bit weights for dynamic int8 too: run-time uint8 activations of a Relu / GELU output fill
-# 0..255, so the same u8 x s8 pair sums saturate on AVX2 without VNNI. Measured (a random
-# feed-forward block, 1 thread, AVX2): mean cosine 0.990 -> 0.9998 (u8 x u8: 0.9999, 1.17x
-# slower on a 6-layer BERT); on CPUs that do not saturate (VNNI, Arm dot products) the 7th
-# bit is all it costs.
-DYNAMIC_REDUCE_RANGE = True
-DYNAMIC_OPS = ("Conv", "MatMul", "Gemm", "Attention", "LSTM", "EmbedLayerNormalization")
 
 
 def quantize_onnx_static(fp32_path: Path, out_path: Path,
@@ -97,36 +89,23 @@ def quantize_onnx_static(fp32_path: Path, out_path: Path,
 
 def quantize_onnx_dynamic(fp32_path: Path, out_path: Path,
                           exclude_nodes: Sequence[str] = (),
-                          calibration: Sequence[dict[str, np.ndarray]] = ()) -> None:
-    """Dynamic int8 (per-channel QInt8 weights) of `fp32_path` written to `out_path`;
-    embedding tables as int8 rows (one scale each), gathered before they are scaled. With
-    `calibration` batches, activation outliers are first moved into the weights
-    (onnx_smooth.py)."""
-    import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    from compressor.export.onnx_smooth import smoothed
-    from compressor.export.onnx_weight_only import (WEIGHT_OPS, store_int8_tables,
-                                                    store_int8_weights)
+                          calibration: Sequence[dict[str, np.ndarray]] = ()) -> dict:
+    """Dynamic int8 (QInt8 weights) of `fp32_path` written to `out_path`; embedding tables as
+    int8 rows (one scale each), gathered before they are scaled. With `calibration` batches,
+    the settings (outlier smoothing, 7 or 8 bits, per channel or not) are chosen by measuring
+    them (onnx_candidates.py); without, the defaults. Returns report.json's "candidates" entry."""
+    from compressor.export.onnx_candidates import choose_dynamic, not_searched, write_dynamic
 
     with tempfile.TemporaryDirectory(prefix="onnx-quant-", dir=Path(out_path).parent) as tmp:
         prepared = preprocessed(Path(fp32_path), Path(tmp) / "prepared.onnx")
         excluded = set(prepared_names(prepared, exclude_nodes))
-        if calibration:
-            prepared = smoothed(prepared, list(CalibrationFeeds(prepared, calibration)), excluded,
-                                Path(tmp) / "smoothed.onnx")
-        quantizing(lambda: quantize_dynamic(
-            str(prepared), str(out_path), op_types_to_quantize=list(DYNAMIC_OPS),
-            per_channel=True, reduce_range=DYNAMIC_REDUCE_RANGE, weight_type=QuantType.QInt8,
-            nodes_to_exclude=sorted(excluded), extra_options={"MatMulConstBOnly": True}),
-            "dynamic")
-    proto = onnx.load(str(out_path))
-    # Weights onnxruntime's dynamic quantizer leaves float (embedding tables; tf2onnx's LSTM /
-    # GRU ops; kernels it skips because shape arithmetic reads them too; position tables
-    # folded into constants) become int8 behind DequantizeLinear: weight-only for those, so
-    # no "int8" file keeps float matrices.
-    if store_int8_weights(proto, excluded, WEIGHT_OPS) + store_int8_tables(proto, excluded):
-        onnx.save(proto, str(out_path))
+        if not calibration:
+            name, settings = not_searched()
+            write_dynamic(prepared, Path(out_path), excluded, settings)
+            return {"artifact": "onnx", "scored_on": None, "tried": [], "winner": name,
+                    "why": "no calibration data (no training split): the defaults, unsearched"}
+        return choose_dynamic(prepared, Path(out_path), excluded,
+                              list(CalibrationFeeds(prepared, calibration)), Path(tmp))
 
 
 def _tables_int8(path: Path, excluded: set[str]) -> None:

@@ -52,7 +52,8 @@ def onnx_int8(model: Any, scheme: Int8Scheme, float_layers: tuple[str, ...], pat
 
     proto = int8_onnx_from_float(
         _named_float_onnx(model, ctx), lambda: calibration_samples(ctx, scheme.calibration_samples),
-        float_layers, scheme.fallback_dtype, Path(ctx.workdir), scheme.method, learned)
+        float_layers, scheme.fallback_dtype, Path(ctx.workdir), scheme.method, learned,
+        record=ctx.record)
     return _save(proto, path, ctx)
 
 

@@ -42,7 +42,7 @@ def onnx_int8(model: OnnxModel, scheme: Int8Scheme, float_layers: tuple[str, ...
     from compressor.export.onnx_int8 import quantize_file
 
     quantize_file(model.float32_file(Path(ctx.workdir)), path, scheme.method,
-                  lambda: _calibration(model, scheme, ctx), float_layers)
+                  lambda: _calibration(model, scheme, ctx), float_layers, record=ctx.record)
     if float_layers:
         import onnx
 

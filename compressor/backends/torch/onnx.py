@@ -75,7 +75,8 @@ def _int8(module: torch.nn.Module, state: ModelState, scheme: Int8Scheme, path: 
     # Before stripping: float_layers match the module paths in the node metadata.
     proto = int8_onnx_from_float(
         proto, lambda: calibration_samples(ctx, scheme.calibration_samples),
-        state.float_layers, scheme.fallback_dtype, Path(ctx.workdir), scheme.method)
+        state.float_layers, scheme.fallback_dtype, Path(ctx.workdir), scheme.method,
+        record=ctx.record)
     return _saved(proto, path, log)
 
 
