@@ -96,4 +96,5 @@ class Context:
     outputs: tuple[TensorSpec, ...] = ()      # ... and outputs: exporters keep these names
     output_index: int = 0                     # the output the metric and training losses read
     context: int | None = None                # language models: the KV-cache length artifacts get
+    plan: dict | None = None                  # ... and the plan made before any work (--target)
     record: RunRecord = field(default_factory=RunRecord)   # what the run measures (append-only)

@@ -4,8 +4,8 @@ the KV cache at a context length, and the runtime's working memory while generat
 The artifact is the folder compressor's ONNX route writes (backends/llm/genai*.py: model.onnx +
 model.onnx.data, CPU execution provider): onnxruntime-genai's model builder (0.18.0) fed a
 GPTQ-format checkpoint of our integers, then finished by genai_graph.py / genai_fp16.py.
-tests/llm/test_plan_matches_exports.py holds the plan within 2% of that exporter's files;
-tests/plan/test_builder_layout.py holds `builder_layout` (the builder run on its own) within 2%.
+tests/llm/test_plan_matches_exports.py and tests/plan/test_builder_layout.py hold the plan
+within 2% of that exporter's files and of the builder's own.
 
 - Linear layers become MatMulNBits: per output row, ceil(K / block) blocks of `block` weights
   packed at `bits` (K padded up to whole blocks), one float32 scale per block, and for
@@ -16,16 +16,14 @@ tests/plan/test_builder_layout.py holds `builder_layout` (the builder run on its
 - The lm_head is ours too (same grid). A tied embedding is the lm_head's matrix (one copy: a
   GatherBlockQuantized reads the MatMulNBits tensors; int4 and int8 are both built at -p int4);
   an untied one becomes a GatherBlockQuantized over our integers (no per-block padding).
-- fp16 is a float32 graph with each weight matrix stored float16 behind a Cast: norms, biases,
-  routers, rotary caches, KV cache and activations stay float32.
-- Rotary cos/sin caches: min(max_position_embeddings, context) rows x rotary_dim / 2, two per
-  cache (Phi-3 LongRoPE and Gemma 3 write two), cut to the run's context.
-- A mixture of experts stores every expert ([E, out, in]: E matrices); a decode step reads
-  only the experts a token is routed to (`WeightBytes.read_per_token`).
+  An int4 recipe's int8 share: every matrix but experts at int8_budget x its int4 bytes.
+- fp16: a float32 graph, each weight matrix float16 behind a Cast (the rest float32).
+- Rotary cos/sin caches: min(max_position_embeddings, context) rows x rotary_dim / 2 (two
+  sets for Phi-3 LongRoPE and Gemma 3), cut to the run's context.
+- A mixture of experts stores every expert ([E, out, in]); a decode step reads only the
+  experts a token is routed to (`WeightBytes.read_per_token`).
 - model.onnx itself (the graph, no weights) grows by a fixed amount per decoder layer.
-
-`exporter_layout` turns a scheme's storage into that table for one recipe (plan/recipes.py
-finds a recipe's scheme, built-in or a user's file).
+`exporter_layout` turns a recipe's scheme's storage into that table (plan/recipes.py).
 """
 from __future__ import annotations
 
@@ -91,6 +89,7 @@ class Layout:
     graph_bytes_bias: int = 0        # per layer with projection biases (the Add nodes)
     graph_bytes_gemma: int = 0       # Gemma's embedding scale and logit soft-cap nodes
     rope_tables: bool = True         # cos/sin caches stored; False: inv_freq only (TFLite)
+    int8_budget: float = 1.0         # int4: matrices (not experts) at most x this, int8 mixed in
 
     def shares_tied_embedding(self, shape: ModelShape) -> bool:
         """The builder's shared_embeddings (on by default for a tied model): one matrix serves
@@ -166,7 +165,8 @@ def exporter_layout(recipe: str, storage: WeightStorage) -> Layout:
     return Layout(recipe, onnx_storage(storage.linears), onnx_storage(storage.lm_head),
                   onnx_storage(storage.embedding), 4, fixed, layer, storage.accuracy_rank, qk,
                   _EXPORT_GRAPH_EXTRA_NORM, gathers_quantized=storage.linears.quantized,
-                  graph_bytes_bias=_EXPORT_GRAPH_BIAS, graph_bytes_gemma=_EXPORT_GRAPH_GEMMA)
+                  graph_bytes_bias=_EXPORT_GRAPH_BIAS, graph_bytes_gemma=_EXPORT_GRAPH_GEMMA,
+                  int8_budget=storage.int8_budget)
 
 
 @dataclass(frozen=True)
@@ -190,12 +190,13 @@ class WeightBytes:
 def _tensor_bytes(t: TensorSpec, layout: Layout, shared: bool, family: str) -> int:
     """Bytes of one tensor; a stack of experts is that many [out, in] matrices."""
     rows, cols = (t.matrix + (1,))[:2]
+    mixed = layout.int8_budget if not t.experts else 1.0
     if t.kind in ("attention", "mlp"):
-        return max(t.experts, 1) * layout.linears.bytes_for(rows, cols)
+        return max(t.experts, 1) * round(mixed * layout.linears.bytes_for(rows, cols))
     if t.kind == "lm_head":
-        return layout.lm_head.bytes_for(rows, cols)
+        return round(mixed * layout.lm_head.bytes_for(rows, cols))
     if t.kind == "embedding":
-        return 0 if shared else layout.embedding.bytes_for_gather(rows, cols)
+        return 0 if shared else round(mixed * layout.embedding.bytes_for_gather(rows, cols))
     if t.kind == "norm" and family in FLOAT32_NORMS:
         return t.numel * 4
     return t.numel * layout.io_bytes        # norms, biases, routers: float in the io dtype
@@ -269,12 +270,10 @@ def kv_cache_bytes(shape: ModelShape, context: int, batch: int = 1, dtype_bytes:
     return total
 
 
-# What a generating onnxruntime-genai process holds besides weights, KV cache and the
-# activations below: the Python interpreter, the onnxruntime / onnxruntime-genai libraries,
-# the session, its thread pool and allocator slack. Calibrated as peak RSS minus (artifact
-# bytes + KV cache + activations) of generating with builder-made models on x86_64 (1 thread,
-# onnxruntime-genai 0.18.0): 58-70 MB over fp32 / int8 / int4 models of 0.3-135 MB at
-# contexts 256-4096 (tests/plan/test_rss.py measures it again).
+# What a generating onnxruntime-genai process holds besides weights, KV cache and activations
+# (interpreter, libraries, session, threads, allocator slack): peak RSS minus those of builder-
+# made models on x86_64 (1 thread, 0.18.0), 58-70 MB over fp32 / int8 / int4 models of 0.3-135
+# MB at contexts 256-4096 (tests/plan/test_rss.py measures it again).
 RUNTIME_BASELINE_BYTES = 64 * 2**20
 PREFILL_TOKENS = 512   # the prompt processed in one step when planning activations
 

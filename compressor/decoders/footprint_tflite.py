@@ -30,7 +30,7 @@ from pathlib import Path
 
 from compressor.decoders.footprint import F16, F32, Layout, Storage, quantized_widths, weight_bytes
 from compressor.decoders.shapes import ModelShape
-from compressor.decoders.storage import WeightStorage
+from compressor.decoders.storage import WeightStorage, fitted_group
 
 SIGNATURES = 2                      # prefill_<min(512, context)> and decode
 LITERT_BLOCKS = (32, 64, 128, 256)  # the int4 blocks LiteRT's kernels take (else per channel)
@@ -60,7 +60,7 @@ def litert_layout(recipe: str, storage: WeightStorage) -> Layout:
     else:
         weights = Storage(4, grid.group_size, 2)
     return Layout(recipe, weights, weights, weights, 4, fixed, layer, accuracy_rank=0,
-                  gathers_quantized=True, rope_tables=False)
+                  gathers_quantized=True, rope_tables=False, int8_budget=storage.int8_budget)
 
 
 def litert_block(group: int | None, widths: tuple[int, ...]) -> int | None:
@@ -78,14 +78,29 @@ def for_shape(layout: Layout, shape: ModelShape) -> Layout:
     weights = layout.linears
     if shape.fused_projections:
         layer += _GRAPH[_precision(weights)][2]
+    budget = layout.int8_budget
     if weights.bits == 4:
         block = litert_block(weights.group_size, quantized_widths(shape))
         if block is None:      # per channel: float32 scale + int64 zero point per signature
             weights = Storage(4, None, (4 + 8) * SIGNATURES)
         else:
             weights = replace(weights, group_size=block)
+        width = shape.hidden_size   # a typical K: int8's per-row costs are per K weights
+        litert = _int8_share(2 / block if block else 0.0, (4 + 8) * SIGNATURES / width)
+        onnx = _int8_share(4 / (layout.linears.group_size or 32),
+                           4 / (fitted_group(128, [width]) or width))
+        budget = 1 + (budget - 1) * litert / onnx
     return replace(layout, graph_bytes_per_layer=layer, linears=weights, lm_head=weights,
-                   embedding=weights)
+                   embedding=weights, int8_budget=budget)
+
+
+def _int8_share(scale_bytes_per_weight: float, int8_scale_bytes: float = 0.0) -> float:
+    """What int8 adds over int4, as a share of int4's bytes, per weight: the int8 budget is
+    spent in the ONNX file's bytes (float32 scales per group; int8 blocks of up to 128), and
+    the same matrices cost LiteRT (float16 block scales; int8 per row, with a scale and zero
+    point per signature) a larger share."""
+    int4 = 0.5 + scale_bytes_per_weight
+    return (1 + int8_scale_bytes - int4) / int4
 
 
 def _precision(weights: Storage) -> str:

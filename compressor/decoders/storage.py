@@ -58,11 +58,14 @@ class WeightStorage:
     linears: Grid                   # attention and MLP projections of every decoder layer
     lm_head: Grid
     embedding: Grid                 # the input embedding table
+    int8_budget: float = 1.0        # int4: the matrices' bytes may reach this x their int4
+                                    # bytes, the costliest kept at int8 (chosen when quantizing,
+                                    # backends/llm/mixed.py); the planner counts the ceiling
 
     @classmethod
-    def every(cls, grid: Grid) -> WeightStorage:
+    def every(cls, grid: Grid, int8_budget: float = 1.0) -> WeightStorage:
         """One grid for every weight matrix."""
-        return cls(grid, grid, grid)
+        return cls(grid, grid, grid, int8_budget if grid.bits == 4 else 1.0)
 
     @property
     def grids(self) -> tuple[Grid, Grid, Grid]:
@@ -76,6 +79,8 @@ class WeightStorage:
     @property
     def accuracy_rank(self) -> int:
         """Higher = closer to the original model: more bits, then smaller groups, then zero
-        points (fp32 > fp16 > int8 > int4 groups of 32 > int4 groups of 128)."""
+        points, then more bytes at int8 (fp32 > fp16 > int8 > int4 groups of 32 > int4 groups
+        of 128)."""
         grid = self.linears
-        return grid.bits * 4096 - 2 * (grid.group_size or 0) + (not grid.symmetric)
+        return (grid.bits * 4096 - 2 * (grid.group_size or 0) + (not grid.symmetric)
+                + round((self.int8_budget - 1.0) * 20))

@@ -8,7 +8,8 @@ reads plus attention, so tokens/s <= ops/s / ops per token.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from compressor.config.recipe import Recipe
@@ -40,11 +41,12 @@ class RecipePlan:
     prefill_tokens_per_s_bound: float | None
     max_context: int
     tflite_bytes: int | None = None   # the LiteRT route's model.tflite (weights_bytes: ONNX)
+    int8_budget: float = 1.0          # int4: the int8 share counted (the recipe's, fitted)
     accuracy_rank: int = field(default=0, compare=False)   # recommend's order (not in JSON)
 
     def as_json(self) -> dict:
-        return {k: (round(v, 1) if isinstance(v, float) else v) for k, v in self.__dict__.items()
-                if k != "accuracy_rank"}
+        return {k: (round(v, 3 if k == "int8_budget" else 1) if isinstance(v, float) else v)
+                for k, v in self.__dict__.items() if k != "accuracy_rank"}
 
 
 RecipeRef = str | Path | Recipe | PlannedRecipe
@@ -121,9 +123,10 @@ def plan_recipe(shape: ModelShape, recipe: RecipeRef, profile: DeviceProfile, co
     """tokenizer_bytes: the tokenizer files the .tflite's metadata carries
     (footprint_tflite.tokenizer_bytes; None: estimated from the vocabulary size)."""
     recipe = resolve(recipe)
-    layout = recipe.onnx
-    kv_bytes = kv_bytes_of(layout, kv_dtype)
+    kv_bytes = kv_bytes_of(recipe.onnx, kv_dtype)
     usable = profile.llm_budget_bytes
+    budget = fitted_int8_budget(shape, recipe.onnx, usable, context, batch, kv_bytes)
+    layout = replace(recipe.onnx, int8_budget=budget)
     weights, kv, working = total_at(shape, layout, context, batch, kv_bytes)
     total = weights + kv + working
     return RecipePlan(
@@ -131,9 +134,30 @@ def plan_recipe(shape: ModelShape, recipe: RecipeRef, profile: DeviceProfile, co
         total_bytes=total, fits=total <= usable, headroom_bytes=usable - total,
         decode_tokens_per_s_bound=decode_bound(shape, layout, profile, context, batch, kv_bytes),
         prefill_tokens_per_s_bound=prefill_bound(shape, layout, profile, context),
-        max_context=max_context(shape, layout, usable, batch, kv_bytes),
-        tflite_bytes=tflite_bytes(shape, recipe.tflite, tokenizer_bytes),
-        accuracy_rank=recipe.accuracy_rank)
+        max_context=max_context(shape, replace(layout, int8_budget=1.0), usable, batch, kv_bytes),
+        tflite_bytes=tflite_bytes(shape, replace(recipe.tflite, int8_budget=budget),
+                                  tokenizer_bytes),
+        int8_budget=budget, accuracy_rank=recipe.accuracy_rank)
+
+
+def fitted_int8_budget(shape: ModelShape, layout: Layout, usable: int, context: int, batch: int,
+                       kv_bytes: int) -> float:
+    """The recipe's int8_budget, lowered (to 1.0 at least) until the weights, KV cache and
+    working memory fit `usable` bytes with the recommendation's headroom (or, where only the
+    all-int4 floor does, without it): int8 is bought with memory the device has to spare,
+    never at the cost of fitting (an 8B Llama at int4 on an 8 GB board at 4096 tokens)."""
+    if layout.int8_budget <= 1.0:
+        return layout.int8_budget
+    ceiling = sum(total_at(shape, layout, context, batch, kv_bytes))
+    spare = usable * (1 - HEADROOM_FRACTION)
+    if ceiling <= spare:
+        return layout.int8_budget
+    floor = sum(total_at(shape, replace(layout, int8_budget=1.0), context, batch, kv_bytes))
+    room = (spare if floor <= spare else usable) - floor
+    if room <= 0:
+        return 1.0
+    per_unit = (ceiling - floor) / (layout.int8_budget - 1.0)   # bytes per 1.0 of budget
+    return 1.0 + math.floor(room / per_unit * 1000) / 1000
 
 
 def recommend(plans: list[RecipePlan], usable: int) -> str | None:

@@ -147,9 +147,15 @@ class Int4WeightOnly(Scheme):
         32, "weight_only int4: input channels sharing one scale (and zero point), a power of "
         "two (32: the quality default; 128: smaller, less accurate)", ge=16, le=1024,
         check=_power_of_two)
-    algorithm: Literal["gptq", "rtn"] = key(
-        "gptq", "gptq (calibrated: each column's rounding error is compensated in the columns "
-        "not yet quantized) or rtn (round to nearest)")
+    algorithm: Literal["auto", "gptq", "rtn"] = key(
+        "auto", "auto (try gptq and rtn on this model, keep the one closest to the float model "
+        "on held-out calibration windows), gptq (calibrated: each column's rounding error is "
+        "compensated in the columns not yet quantized) or rtn (round to nearest)")
+    int8_budget: float = key(
+        1.15, "bytes of the weight matrices at most this many times their all-int4 bytes: the "
+        "matrices whose int4 rounding moves the model most (measured, e.g. a small model's tied "
+        "embedding / lm_head) are kept at int8 when that brings it closer to the float model; "
+        "1.0: every matrix int4", ge=1.0, le=2.0)
     calibration_windows: int | None = key(None, CALIBRATION_WINDOWS, ge=1, le=4096)
     symmetric: bool = key(
         True, "a symmetric grid (zero point 8, bfloat16-exact scales, no zero points stored) "
@@ -158,7 +164,8 @@ class Int4WeightOnly(Scheme):
 
     @property
     def storage(self) -> WeightStorage:
-        return WeightStorage.every(Grid(4, self.group_size, self.symmetric))
+        return WeightStorage.every(Grid(4, self.group_size, self.symmetric),
+                                   int8_budget=self.int8_budget)
 
 
 FLOAT32 = Float32()

@@ -17,7 +17,7 @@ def test_int4_tflite_stores_gptq_integers_exactly(trained_lm_dir, tmp_path):
     result = run_cli("--recipe", "int4", str(trained_lm_dir), "--format", "tflite",
                      "--out", str(out))
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "int4 weights, symmetric groups of 32, gptq" in result.stderr
+    assert "int4 weights, symmetric groups of 32, auto" in result.stderr
     report = json.loads((out / "report.json").read_text())
     (row,) = report["artifacts"]
     assert row["path"] == "model.tflite" and row["weight_bits"] == 4

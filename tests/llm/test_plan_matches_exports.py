@@ -4,8 +4,8 @@ the recipe's scheme declares) is the exporter's, not a guess; a user's recipe fi
 as `compress` writes it.
 
 The export step runs directly (no validation): the recipe's quantize plan as `compress` makes it
-(handlers.weight_only_plan: int4 groups of 32, int8 the widest group <= 128) with round-to-
-nearest integers (GPTQ's integers take the same bytes), then write_genai_folder at a context
+(handlers.weight_only_plan: int4 groups of 32 with int8 mixed in up to 1.15x, int8 the widest
+group <= 128) with round-to-nearest integers (GPTQ's integers take the same bytes), then write_genai_folder at a context
 below max_position_embeddings, so the rotary caches are cut as a real run cuts them.
 """
 from __future__ import annotations
@@ -42,22 +42,29 @@ def model_dirs(random_lm_dir, lm_tokenizer, tmp_path_factory):
     return {"llama": random_lm_dir("llama"), "qwen2": biased, "phi3": random_lm_dir("phi3")}
 
 
+def recipe_integers(base, scheme):
+    """`base` with the integers compress gives it under `scheme`, rounded to nearest without
+    calibration (int4: its most-moved matrices at int8 within the recipe's 1.15x, mixed.py)."""
+    from compressor.backends.llm.candidates import choose_weights
+    from compressor.backends.llm.handlers import weight_only_plan
+
+    grid = weight_only_plan(scheme, base)
+    if grid is None:
+        return base
+    weights, _ = choose_weights(base, dataclasses.replace(grid, algorithm="rtn"), None)
+    return base.with_quantized(weights)
+
+
 def export_onnx(model_dir, recipe: str, root):
     """The ONNX route's export step on `recipe`'s integers; returns the written folder."""
     from compressor.backends.llm.genai import write_genai_folder
-    from compressor.backends.llm.handlers import weight_only_plan
     from compressor.backends.llm.load import load_lm
-    from compressor.backends.llm.quantize import quantize_lm
     from compressor.core.context import Context, Data, ModelState
     from compressor.core.progress import Progress
     from compressor.schemes import Float16, Int4WeightOnly, Int8WeightOnly
 
     scheme = {"int4": Int4WeightOnly(), "int8": Int8WeightOnly(), "fp16": Float16()}[recipe]
-    loaded = load_lm(model_dir)
-    grid = weight_only_plan(scheme, loaded)
-    if grid is not None:
-        grid = dataclasses.replace(grid, algorithm="rtn")
-        loaded = loaded.with_quantized(quantize_lm(loaded, grid, None))
+    loaded = recipe_integers(load_lm(model_dir), scheme)
     (root / "staging").mkdir(parents=True)
     ctx = Context(data=Data(), progress=Progress(quiet=True), workdir=root / "work",
                   context=CONTEXT)
@@ -77,7 +84,17 @@ def test_planned_weights_bytes_match_the_written_folder(family, model_dirs, tmp_
         written = sum(f.stat().st_size for f in onnx.iterdir() if f.name.startswith("model.onnx"))
         print(f"{family} {recipe}: planned {planned[recipe]:,} B, written {written:,} B "
               f"({planned[recipe] / written - 1:+.2%})")
-        assert planned[recipe] == pytest.approx(written, rel=0.02), (family, recipe)
+        check_planned(planned[recipe], written, recipe, family)
+
+
+def check_planned(planned: int, written: int, recipe: str, family: str) -> None:
+    """Within 2% of the written file; int4's int8 share is planned at its ceiling (the
+    recipe's 1.15x; the quantizer buys whole matrices, so it may stop below it: by up to a
+    matrix's price, a few % of a toy model whose fused q/k/v is 1/6 of its bytes)."""
+    if recipe == "int4":
+        assert written <= planned <= 1.05 * written, (family, recipe)
+    else:
+        assert planned == pytest.approx(written, rel=0.02), (family, recipe)
 
 
 # --- the LiteRT route's model.tflite --------------------------------------------------------
@@ -91,21 +108,14 @@ TFLITE_FAMILIES = ("llama", "phi3")     # tied Llama; untied Phi-3 (fused qkv / 
 def export_tflite_files(model_dir, root) -> dict[str, int]:
     """recipe -> bytes of the model.tflite the LiteRT route writes for it."""
     from compressor.backends.llm import litert, litert_weights
-    from compressor.backends.llm.handlers import weight_only_plan
     from compressor.backends.llm.load import load_lm
-    from compressor.backends.llm.quantize import quantize_lm
     from compressor.core.context import Context, Data
     from compressor.core.progress import Progress
     from compressor.schemes import Int4WeightOnly, Int8WeightOnly
 
     base = load_lm(model_dir)
-
-    def quantized(scheme):
-        grid = dataclasses.replace(weight_only_plan(scheme, base), algorithm="rtn")
-        return base.with_quantized(quantize_lm(base, grid, None))
-
-    loaded = {"int4": quantized(Int4WeightOnly()), "int8": quantized(Int8WeightOnly()),
-              "fp16": base}
+    loaded = {"int4": recipe_integers(base, Int4WeightOnly()),
+              "int8": recipe_integers(base, Int8WeightOnly()), "fp16": base}
     ctx = Context(data=Data(), progress=Progress(quiet=True), workdir=root, context=CONTEXT)
     prefill = [min(litert.PREFILL_MAX, CONTEXT)]
     digests = litert.write_float_folder(loaded["int4"], root / "hf")
@@ -139,7 +149,7 @@ def test_planned_tflite_bytes_match_the_written_file(family, model_dirs, tflite_
         written = tflite_sizes[family][recipe]
         print(f"{family} {recipe} tflite: planned {planned[recipe]:,} B, written {written:,} B "
               f"({planned[recipe] / written - 1:+.2%})")
-        assert planned[recipe] == pytest.approx(written, rel=0.02), (family, recipe)
+        check_planned(planned[recipe], written, recipe, family)
 
 
 # --- a user's own recipe file --------------------------------------------------------------
@@ -173,4 +183,4 @@ def test_a_users_recipe_file_is_planned_as_compress_writes_it(family, model_dirs
     print(f"{family} mine_g64: planned {row['weights_bytes']:,} B, written {written:,} B "
           f"({row['weights_bytes'] / written - 1:+.2%})")
     assert row["recipe"] == "mine_g64"
-    assert row["weights_bytes"] == pytest.approx(written, rel=0.02)
+    check_planned(row["weights_bytes"], written, "int4", family)

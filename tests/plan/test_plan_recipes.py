@@ -38,7 +38,9 @@ def test_a_recipe_file_is_planned_from_its_schemes_storage(tmp_path):
     mine = weights("llama-3.1-8b", str(g64))
     assert mine["recipe"] == "mine_g64"
     shape = lookup("llama-3.1-8b").shape()
-    expected = exporter_layout("x", WeightStorage.every(Grid(4, 64)))
+    # the scheme's int8 share (1.15x) fits this board at 4096 with groups of 64
+    assert mine["int8_budget"] == 1.15
+    expected = exporter_layout("x", WeightStorage.every(Grid(4, 64), mine["int8_budget"]))
     assert mine["weights_bytes"] == weight_bytes(shape, expected, 4096).total
     # between the built-in int4 (groups of 32) and int4_g128: fewer scales per weight
     assert weights("llama-3.1-8b", "int4_g128")["weights_bytes"] < mine["weights_bytes"] < \

@@ -44,14 +44,14 @@ def test_a_typo_in_a_scheme_key_suggests_the_key():
     message = _error(_quantize(mode="weight_only", dtype="int4", group_sise=64))
     assert message == ("mine.yaml: steps.0.group_sise is not a key of int4 weight_only steps; "
                        "did you mean 'group_size'? (their keys: pass, mode, dtype, group_size, "
-                       "algorithm, calibration_windows, symmetric)")
+                       "algorithm, int8_budget, calibration_windows, symmetric)")
 
 
 def test_scheme_key_values_are_checked_with_their_meaning():
     assert _error(_quantize(mode="weight_only", dtype="int4", group_size=48)).startswith(
         "mine.yaml: steps.0.group_size must be a power of two (16, 32, 64, 128, ...), got 48")
     assert _error(_quantize(mode="weight_only", dtype="int4", algorithm="awq")).startswith(
-        "mine.yaml: steps.0.algorithm = 'awq': Input should be 'gptq' or 'rtn' (gptq (calibrated")
+        "mine.yaml: steps.0.algorithm = 'awq': Input should be 'auto', 'gptq' or 'rtn' (auto (try")
 
 
 def test_a_quantize_step_is_its_schemes_model_and_round_trips(tmp_path):
@@ -59,9 +59,10 @@ def test_a_quantize_step_is_its_schemes_model_and_round_trips(tmp_path):
                                                    group_size=64, symmetric=False))
     recipe = load_recipe(path)
     (step,) = recipe.steps
-    assert (step.group_size, step.symmetric, step.algorithm) == (64, False, "gptq")
+    assert (step.group_size, step.symmetric, step.algorithm) == (64, False, "auto")
     assert not hasattr(step, "fallback") and not step.trains
     assert recipe.to_dict()["steps"] == [{"pass": "quantize", "mode": "weight_only", "dtype": "int4",
-                                          "group_size": 64, "algorithm": "gptq", "symmetric": False}]
+                                          "group_size": 64, "algorithm": "auto",
+                                          "int8_budget": 1.15, "symmetric": False}]
     again = load_recipe(_write(tmp_path / "again.yaml", recipe.to_dict()))
     assert again.steps == recipe.steps and again.sha256() != load_recipe("int4").sha256()

@@ -121,7 +121,8 @@ def test_a_scheme_declares_how_a_language_model_stores_its_weights():
     from compressor.schemes import Float32, Int4WeightOnly
 
     assert Int4WeightOnly(group_size=64, symmetric=False).storage == \
-        WeightStorage.every(Grid(4, 64, symmetric=False))
+        WeightStorage.every(Grid(4, 64, symmetric=False), int8_budget=1.15)
+    assert Int4WeightOnly(int8_budget=1.0).storage.int8_budget == 1.0
     int8 = Int8WeightOnly().storage.linears
     assert (int8.bits, int8.group_size, int8.symmetric, int8.fit_group) == (8, 128, False, True)
     assert int8.group_for([96, 160]) == 32 and int8.group_for([100]) is None

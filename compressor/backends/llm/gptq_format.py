@@ -16,6 +16,7 @@ GPTQ layout per linear `<base>` (weight [N out, K in], group g, pack = 32 / bits
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -80,14 +81,19 @@ def lazy_gptq_tensors(name: str, weight: QuantizedLinear) -> list[Lazy]:
 
 
 def quantization_config(loaded: LoadedLm) -> dict:
-    """config.json's quantization_config; one bit width and group size for the whole model."""
-    grids = {(w.bits, w.group_size) for w in linear_weights(loaded).values()}
-    if len(grids) != 1:
-        raise BackendUnavailableError(
-            f"the ONNX route writes one bit width and group size per model, got {sorted(grids)}")
-    (bits, group), = grids
-    return {"quant_method": "gptq", "bits": bits, "group_size": group, "desc_act": False,
-            "sym": False, "checkpoint_format": "gptq"}
+    """config.json's quantization_config: the bit width and group size most weights have,
+    and for the others (an int4 model's matrices kept at int8, mixed.py) a `dynamic` entry
+    each, the per-module override GPTQ checkpoints carry and the builder's GPTQ loader reads
+    (a regex on the tensor's name -> bits, group_size)."""
+    weights = linear_weights(loaded)
+    grids = [(w.bits, w.group_size) for w in weights.values()]
+    bits, group = max(set(grids), key=grids.count)
+    dynamic = {f"^{re.escape(name.removesuffix('.weight'))}\\.": {"bits": w.bits,
+                                                                  "group_size": w.group_size}
+               for name, w in weights.items() if (w.bits, w.group_size) != (bits, group)}
+    config = {"quant_method": "gptq", "bits": bits, "group_size": group, "desc_act": False,
+              "sym": False, "checkpoint_format": "gptq"}
+    return {**config, "dynamic": dynamic} if dynamic else config
 
 
 def write_gptq_folder(loaded: LoadedLm, folder: Path) -> Path:

@@ -28,12 +28,13 @@ def grid_params(w: torch.Tensor, bits: int, symmetric: bool = False,
                 importance: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(scale, zero) per row of `w` [N, g] (0 always representable): of the group's range
     shrunk by 0 to 25% (CLIP_STEPS candidates), the one with the smallest rounding error,
-    weighted per column by `importance` [g] (GPTQ: the Hessian's diagonal, the inputs' mean
-    square). Clipping a group's outlier buys a finer step for the other 31 weights; on the
+    weighted per column by `importance` ([g], or [N, g] a row each: the Hessian's diagonal,
+    the inputs' mean square). Clipping a group's outlier buys a finer step for the other 31 weights; on the
     bench's trained Llama this took round to nearest from +1.61% to +0.33% perplexity and GPTQ
     from +1.31% to +0.40% (symmetric int4, groups of 32)."""
     maxq = 2 ** bits - 1
-    weight = torch.ones_like(w[:1]) if importance is None else importance[None, :]
+    weight = torch.ones_like(w[:1]) if importance is None else \
+        importance[None, :] if importance.dim() == 1 else importance
     best = _range_grid(w, bits, symmetric, 1.0)
     best_error = _rounding_error(w, *best, maxq, weight)
     for step in range(1, CLIP_STEPS):
@@ -76,9 +77,10 @@ def gram(x: torch.Tensor) -> torch.Tensor:
     return rows.T @ rows
 
 
-def rtn(weight: torch.Tensor, bits: int, group_size: int, symmetric: bool = False
-        ) -> QuantizedLinear:
-    """Round to nearest on each group's searched grid (grid_params), RTN_ROWS rows at a time: the float32
+def rtn(weight: torch.Tensor, bits: int, group_size: int, symmetric: bool = False,
+        importance: torch.Tensor | None = None) -> QuantizedLinear:
+    """Round to nearest on each group's searched grid (grid_params; `importance` [K]: each
+    input's mean square, which weights the clip search), RTN_ROWS rows at a time: the float32
     temporaries stay a few MB, not several copies of a 32000 x 2048 lm_head (~1 GB), and the
     codes are packed as they come (never one byte per weight for the whole matrix)."""
     n, k = weight.shape
@@ -88,12 +90,48 @@ def rtn(weight: torch.Tensor, bits: int, group_size: int, symmetric: bool = Fals
     for start in range(0, n, RTN_ROWS):
         rows = slice(start, min(start + RTN_ROWS, n))
         groups = weight[rows].detach().to(torch.float32).reshape(-1, group_size)
-        scale, zero = grid_params(groups, bits, symmetric)
+        scale, zero = grid_params(groups, bits, symmetric, _tiled(importance, rows.stop - rows.start, group_size))
         codes = _on_grid(groups, scale[:, None], zero[:, None], 2 ** bits - 1)
         packed[rows] = pack_codes(codes.reshape(-1, k).to(torch.uint8), bits)
         scales[rows] = scale.reshape(-1, k // group_size)
         zeros[rows] = zero.reshape(-1, k // group_size).to(torch.uint8)
     return QuantizedLinear.from_packed(packed, scales, zeros, bits, group_size)
+
+
+def _tiled(importance: torch.Tensor | None, rows: int, group_size: int) -> torch.Tensor | None:
+    """Per-input importance [K] for `rows` weight rows cut into groups ([rows * K/g, g], as
+    rtn reshapes them): each group row gets its own columns' slice."""
+    if importance is None:
+        return None
+    per_group = importance.to(torch.float32).reshape(-1, group_size)
+    return per_group.repeat(rows, 1)
+
+
+def int8_rows(weight: torch.Tensor, group_size: int) -> QuantizedLinear:
+    """Symmetric int8 with one scale per output row (absmax / 127), stored as `group_size`
+    blocks that repeat it: an int4 recipe's matrices kept at 8 bits (mixed.py). Both runtimes
+    hold it exactly: MatMulNBits takes any block scales, LiteRT's int8 kernels one scale per
+    row (litert_grid.on_litert_grid sees the repeated scales)."""
+    w = weight.detach().to(torch.float32)
+    n, k = w.shape
+    scale = (w.abs().amax(dim=1) / 127).clamp(min=1e-8)
+    codes = torch.clamp(torch.round(w / scale[:, None]) + 128, 1, 255).to(torch.uint8)
+    scales = scale[:, None].expand(n, k // group_size).contiguous()
+    zeros = torch.full((n, k // group_size), 128, dtype=torch.uint8)
+    return QuantizedLinear(codes, scales, zeros, 8, group_size)
+
+
+def output_error(weight: torch.Tensor, quantized: QuantizedLinear,
+                 importance: torch.Tensor | None) -> float:
+    """How far a matrix's outputs move when it is stored as `quantized`, relative to the
+    outputs: sum_k H_kk |dW[:, k]|^2 / sum_k H_kk |W[:, k]|^2, with H_kk the inputs' mean
+    square per column (uniform without calibration). The diagonal keeps it O(N K), so it
+    ranks a 7B model's matrices in seconds."""
+    w = weight.detach().to(torch.float32)
+    delta = quantized.dequantize().to(torch.float32) - w
+    h = torch.ones(w.shape[1]) if importance is None else importance.to(torch.float32)
+    moved = float(((delta ** 2).sum(dim=0) * h).sum())
+    return moved / max(float(((w ** 2).sum(dim=0) * h).sum()), 1e-30)
 
 
 def gptq(weight: torch.Tensor, hessian: torch.Tensor, bits: int, group_size: int,

@@ -46,7 +46,8 @@ def weight_only_plan(scheme: Scheme, model: Any) -> Any:
             f"{scheme.label} stores the lm_head or embedding on a grid of its own; the "
             "language-model route quantizes every weight matrix on one grid")
     group = widest_group(model, grid.group_size) if grid.fit_group else grid.group_size
-    return WeightOnlyPlan(grid.bits, group, getattr(scheme, "algorithm", "rtn"), grid.symmetric)
+    return WeightOnlyPlan(grid.bits, group, getattr(scheme, "algorithm", "rtn"), grid.symmetric,
+                          storage.int8_budget)
 
 
 @apply_handler(Int4WeightOnly, KIND)
@@ -60,15 +61,34 @@ def _int8(backend: Any, state: ModelState, scheme: Int8WeightOnly, ctx: Context)
 
 
 def _quantized(state: ModelState, plan: Any, ctx: Context) -> ModelState:
-    from compressor.backends.llm.quantize import quantize_lm
+    import dataclasses
+
+    from compressor.backends.llm.candidates import choose_weights
 
     calibration = None if ctx.data.train is None else ctx.data.train[0]
+    fitted = _fitted_budget(ctx)
+    if fitted is not None and fitted < plan.int8_budget:
+        ctx.progress.info(f"quantize: int8 share cut from {plan.int8_budget:g}x to {fitted:g}x "
+                          "the int4 bytes: what the target has room for (the plan)")
+        plan = dataclasses.replace(plan, int8_budget=fitted)
     grid = ("symmetric" if plan.symmetric else "asymmetric") if plan.bits == 4 else ""
+    mixing = f", up to {plan.int8_budget:g}x its bytes with int8 where it measures closer" \
+        if plan.bits == 4 and plan.int8_budget > 1 else ""
     ctx.progress.info(f"quantize: int{plan.bits} weights, {grid} groups of {plan.group_size}, "
-                      f"{plan.algorithm}" + (f" on {len(calibration)} calibration windows"
-                                             if plan.algorithm == "gptq" else ""))
-    quantized = quantize_lm(state.model, plan, calibration, ctx.progress.task)
+                      f"{plan.algorithm}{mixing}" + (
+                          f" on {len(calibration)} calibration windows"
+                          if plan.algorithm != "rtn" and calibration is not None else ""))
+    quantized, candidates = choose_weights(state.model, plan, calibration, ctx.progress.task,
+                                           ctx.progress.info)
+    if candidates is not None:
+        ctx.record.add_note_entry("candidates", "quantize", candidates)
     return state.replace(model=state.model.with_quantized(quantized))
+
+
+def _fitted_budget(ctx: Context) -> float | None:
+    """The int8 share the plan made before any work left room for on the --target."""
+    plans = (ctx.plan or {}).get("plans") or [{}]
+    return plans[0].get("int8_budget")
 
 
 # --- export: (scheme, module, function, made_by) per format ----------------------------------

@@ -111,13 +111,16 @@ def input_hessians(matrices: dict[str, Matrix], run: Callable[[], None]) -> dict
     return sums
 
 
-def quantize_matrix(m: Matrix, hessian: Any, bits: int, group_size: int, symmetric: bool
-                    ) -> QuantizedLinear:
+def quantize_matrix(m: Matrix, hessian: Any, bits: int, group_size: int, symmetric: bool,
+                    algorithm: str = "gptq") -> QuantizedLinear:
     """`m` on the grid: GPTQ where a Hessian is given (per expert: where the expert saw
-    enough tokens, experts.py), round to nearest otherwise."""
+    enough tokens, experts.py), round to nearest otherwise; `algorithm` "rtn" rounds to
+    nearest with the Hessian's diagonal weighting its clip search."""
     def one(weight: torch.Tensor, h: torch.Tensor | None) -> QuantizedLinear:
         if h is None:
             return rtn(weight, bits, group_size, symmetric)
+        if algorithm == "rtn":
+            return rtn(weight, bits, group_size, symmetric, importance=torch.diag(h))
         return gptq(weight, h, bits, group_size, symmetric)
 
     if m.experts:

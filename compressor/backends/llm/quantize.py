@@ -20,30 +20,42 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-from compressor.backends.llm.grid import gptq, gram, rtn
+from compressor.backends.llm.grid import gptq, gram, output_error, rtn
+from compressor.backends.llm.layer_inputs import final_norm, layer0_inputs, run_layer
 from compressor.backends.llm.matrices import Matrix, input_hessians, layer_matrices, quantize_matrix
 from compressor.backends.llm.model import LoadedLm, QuantizedLinear
 from compressor.core.memory import release_file_pages, trim_heap
 from compressor.decoders.storage import fitted_group
 
-CALIBRATION_BATCH = 4      # windows per forward pass
 
 
 @dataclass(frozen=True)
 class WeightOnlyPlan:
-    """What to quantize how: bits, group size, algorithm (gptq | rtn), symmetric grid; made
-    from the scheme's storage (handlers.weight_only_plan)."""
+    """What to quantize how: bits, group size, algorithm (gptq | rtn | auto: candidates.py
+    tries both), symmetric grid, and the bytes an int4 plan may spend on keeping its costliest
+    matrices at int8 (int8_budget x the all-int4 bytes, mixed.py); made from the scheme's
+    storage (handlers.weight_only_plan)."""
 
     bits: int
     group_size: int
     algorithm: str = "gptq"
     symmetric: bool = False
+    int8_budget: float = 1.0
+
+
+@dataclass
+class Candidate:
+    """One algorithm's integers, and how far each matrix's outputs moved (grid.output_error,
+    filled when measured): what mixed.py ranks matrices by."""
+
+    weights: dict[str, QuantizedLinear] = field(default_factory=dict)
+    errors: dict[str, float] = field(default_factory=dict)
 
 
 def quantize_lm(loaded: LoadedLm, plan: WeightOnlyPlan, calibration: np.ndarray | None,
@@ -51,17 +63,32 @@ def quantize_lm(loaded: LoadedLm, plan: WeightOnlyPlan, calibration: np.ndarray 
     """Parameter name -> QuantizedLinear for every weight the artifact stores in integers.
     `calibration`: token windows [n, T] (GPTQ); `task(description, total)`: a progress
     context yielding advance() (Progress.task)."""
+    made = quantize_candidates(loaded, plan, calibration, (plan.algorithm,), task)
+    return made[plan.algorithm].weights
+
+
+def quantize_candidates(loaded: LoadedLm, plan: WeightOnlyPlan, calibration: np.ndarray | None,
+                        algorithms: tuple[str, ...], task: Callable[[str, int], Any] | None = None,
+                        measure: bool = False) -> dict[str, Candidate]:
+    """One Candidate per algorithm, from one pass over the layers: with calibration windows
+    and GPTQ among them, each layer's inputs are collected once and every algorithm puts the
+    layer on the grid from them (RTN then weights its clip search by the inputs' mean square);
+    the first algorithm's integers make the next layer's inputs. `measure`: fill errors."""
     model = loaded.model
     kept = loaded.grids_on(plan.bits, plan.group_size)
     layers = decoder_layers(model)
     release = _releaser(loaded)
+    made = {algorithm: Candidate() for algorithm in algorithms}
     with torch.no_grad(), _progress(task, "quantize", len(layers) + 1) as advance:
-        if plan.algorithm == "gptq" and calibration is not None:
-            quantized = _gptq_layers(model, layers, plan, calibration, kept, advance, release)
+        if "gptq" in algorithms and calibration is not None:
+            _calibrated_layers(model, layers, plan, calibration, made, kept, advance, release,
+                               measure)
         else:
-            quantized = _rtn_all(model, plan, kept, advance, release)
+            _rounded_all(model, plan, made, kept, advance, release, measure)
     trim_heap()
-    return {**quantized, **kept}
+    for candidate in made.values():
+        candidate.weights.update(kept)
+    return made
 
 
 def _releaser(loaded: LoadedLm) -> Callable[[torch.Tensor], None]:
@@ -142,101 +169,96 @@ def _param_name(model: Any, param: torch.Tensor) -> str:
     return next(name for name, p in model.named_parameters(remove_duplicate=False) if p is param)
 
 
-def _rtn_all(model: Any, plan: WeightOnlyPlan, kept: dict[str, QuantizedLinear],
-             advance: Callable[[int], None], release: Callable[[torch.Tensor], None]
-             ) -> dict[str, QuantizedLinear]:
+def _rounded_all(model: Any, plan: WeightOnlyPlan, made: dict[str, Candidate],
+                 kept: dict[str, QuantizedLinear], advance: Callable[[int], None],
+                 release: Callable[[torch.Tensor], None], measure: bool) -> None:
+    """Round to nearest, no calibration (every candidate gets the same integers)."""
     params = dict(model.named_parameters(remove_duplicate=False))
     matrices = _all_matrices(model)
-    quantized = {}
     for name in quantized_weight_names(model):
         if name not in kept:
-            quantized[name] = quantize_matrix(matrices[name], None, plan.bits, plan.group_size,
-                                              plan.symmetric) if name in matrices else \
-                rtn(params[name], plan.bits, plan.group_size, plan.symmetric)
+            m = matrices.get(name)
+            weight = quantize_matrix(m, None, plan.bits, plan.group_size, plan.symmetric) \
+                if m is not None else rtn(params[name], plan.bits, plan.group_size, plan.symmetric)
+            for candidate in made.values():
+                _add(candidate, name, weight, _float_matrix(m, params[name]), None, measure)
         release(params[name])
     advance(len(decoder_layers(model)) + 1)
-    return quantized
 
 
-def _gptq_layers(model: Any, layers: torch.nn.ModuleList, plan: WeightOnlyPlan,
-                 calibration: np.ndarray, kept: dict[str, QuantizedLinear],
-                 advance: Callable[[int], None], release: Callable[[torch.Tensor], None]
-                 ) -> dict[str, QuantizedLinear]:
+def _calibrated_layers(model: Any, layers: torch.nn.ModuleList, plan: WeightOnlyPlan,
+                       calibration: np.ndarray, made: dict[str, Candidate],
+                       kept: dict[str, QuantizedLinear], advance: Callable[[int], None],
+                       release: Callable[[torch.Tensor], None], measure: bool) -> None:
     prefix = _prefix_of(model, layers)
-    hidden, layer_kwargs = _layer0_inputs(model, layers, calibration)
-    quantized: dict[str, QuantizedLinear] = {}
+    leading = made[next(iter(made))].weights
+    hidden, layer_kwargs = layer0_inputs(model, layers, calibration)
+    grid = (plan.bits, plan.group_size, plan.symmetric)
     for index, layer in enumerate(layers):
         matrices = layer_matrices(layer, f"{prefix}.{index}")
-        def run_layer(layer=layer, hidden=hidden) -> list[torch.Tensor]:   # this layer's inputs
-            return [_run(layer, h, layer_kwargs) for h in hidden]
+        def layer_pass(layer=layer, hidden=hidden) -> list[torch.Tensor]:   # this layer's inputs
+            return [run_layer(layer, h, layer_kwargs) for h in hidden]
 
-        hessians = input_hessians(matrices, run_layer)
+        hessians = input_hessians(matrices, layer_pass)
         for name, m in matrices.items():
-            quantized[name] = kept.get(name) or quantize_matrix(
-                m, hessians[name], plan.bits, plan.group_size, plan.symmetric)
+            for algorithm, candidate in made.items():
+                weight = kept.get(name) or quantize_matrix(m, hessians[name], *grid, algorithm)
+                _add(candidate, name, weight, _float_matrix(m, m.param),
+                     None if m.experts else hessians[name], measure and name not in kept)
         params = {name: m.param for name, m in matrices.items()}
-        with _swapped(params, quantized):
-            hidden = [_run(layer, h, layer_kwargs) for h in hidden]
+        with _swapped(params, leading):
+            hidden = [run_layer(layer, h, layer_kwargs) for h in hidden]
         for param in params.values():
             release(param)
         advance(1)
     head = model.get_output_embeddings()
     head_name = _param_name(model, head.weight)
-    norm = _final_norm(model)
-    head_inputs = [norm(h) for h in hidden]
-    hessian = sum(gram(x) for x in head_inputs)
-    quantized[head_name] = kept.get(head_name) or gptq(head.weight, hessian, plan.bits,
-                                                       plan.group_size, plan.symmetric)
+    norm = final_norm(model)
+    hessian = sum(gram(norm(h)) for h in hidden)
+    for algorithm, candidate in made.items():
+        weight = kept.get(head_name) or (
+            gptq(head.weight, hessian, *grid) if algorithm == "gptq"
+            else rtn(head.weight, *grid, importance=torch.diag(hessian)))
+        _add(candidate, head_name, weight, head.weight, hessian, measure and head_name not in kept)
     release(head.weight)
     embedding = model.get_input_embeddings().weight
     if embedding is not head.weight:
         name = _param_name(model, embedding)
-        quantized[name] = kept.get(name) or rtn(embedding, plan.bits, plan.group_size,
-                                                plan.symmetric)
+        weight = kept.get(name) or rtn(embedding, *grid)
+        for candidate in made.values():
+            _add(candidate, name, weight, embedding, None, measure and name not in kept)
         release(embedding)
     advance(1)
-    return quantized
 
 
-class _Captured(Exception):
-    """Raised by the layer-0 hook: the inputs are what we came for."""
+def _float_matrix(m: Matrix | None, param: torch.Tensor) -> torch.Tensor | None:
+    """The float weight as [N, K] (None for experts: they are not ranked for int8)."""
+    if m is None:
+        return param
+    if m.experts:
+        return None
+    return param.T if m.transposed else param
 
 
-def _layer0_inputs(model: Any, layers: torch.nn.ModuleList, calibration: np.ndarray
-                   ) -> tuple[list[torch.Tensor], dict[str, Any]]:
-    """Layer 0's hidden states per calibration batch, and the keyword arguments the model
-    passes every layer (position embeddings, mask) — the same for every batch of one shape."""
-    hidden: list[torch.Tensor] = []
-    kwargs: dict[str, Any] = {}
-
-    def capture(module: Any, args: tuple, call_kwargs: dict) -> None:
-        hidden.append(args[0] if args else call_kwargs.pop("hidden_states"))
-        kwargs.update({k: v for k, v in call_kwargs.items() if k != "hidden_states"})
-        raise _Captured
-
-    handle = layers[0].register_forward_pre_hook(capture, with_kwargs=True)
-    try:
-        for start in range(0, len(calibration), CALIBRATION_BATCH):
-            batch = torch.as_tensor(calibration[start:start + CALIBRATION_BATCH])
-            with contextlib.suppress(_Captured):
-                model(input_ids=batch, use_cache=False)
-    finally:
-        handle.remove()
-    if len({h.shape for h in hidden}) > 1:   # a short last batch: its mask shape differs
-        hidden = [h for h in hidden if h.shape == hidden[0].shape]
-    return hidden, kwargs
-
-
-def _run(layer: Any, hidden: torch.Tensor, kwargs: dict[str, Any]) -> torch.Tensor:
-    out = layer(hidden, **kwargs)
-    return out[0] if isinstance(out, tuple) else out
+def _add(candidate: Candidate, name: str, weight: QuantizedLinear, original: torch.Tensor | None,
+         hessian: torch.Tensor | None, measure: bool) -> None:
+    candidate.weights[name] = weight
+    if measure and original is not None:
+        importance = None if hessian is None else torch.diag(hessian)
+        candidate.errors[name] = output_error(original, weight, importance)
 
 
 def quantized_weights(loaded: LoadedLm) -> contextlib.AbstractContextManager:
     """The torch model computing with `loaded.quantized` inside the block (what the artifact
     computes), its own weights after."""
-    params = dict(loaded.model.named_parameters(remove_duplicate=False))
-    return _swapped({name: params[name] for name in loaded.quantized}, loaded.quantized)
+    return computing_with(loaded.model, loaded.quantized)
+
+
+def computing_with(model: Any, weights: dict[str, QuantizedLinear]
+                   ) -> contextlib.AbstractContextManager:
+    """`model` computing with `weights` (parameter name -> integers) inside the block."""
+    params = dict(model.named_parameters(remove_duplicate=False))
+    return _swapped({name: params[name] for name in weights}, weights)
 
 
 @contextlib.contextmanager
@@ -250,14 +272,6 @@ def _swapped(params: dict[str, torch.Tensor], quantized: dict[str, QuantizedLine
     finally:
         for name, param in params.items():
             param.data = originals[name]
-
-
-def _final_norm(model: Any) -> Callable[[torch.Tensor], torch.Tensor]:
-    base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
-    for attr in ("norm", "final_layernorm", "final_layer_norm", "ln_f"):
-        if hasattr(base, attr):
-            return getattr(base, attr)
-    return lambda x: x
 
 
 @contextlib.contextmanager

@@ -149,7 +149,7 @@ def open_lm(request: OpenRequest, backend: Any, loaded: Any) -> Opened:
     ctx = Context(data=data, progress=progress, workdir=workdir, seed=request.seed,
                   formats=formats, validation=validation, reference_outputs=reference,
                   baseline_value=baseline, inputs=info.inputs, outputs=info.outputs,
-                  context=kv_context)
+                  context=kv_context, plan=planned)
     if planned is not None:   # report.json `plan`, as a path's plan before loading
         ctx.record.add_note("plan", planned)
     if loaded.notes:   # what loading decided (a .gguf's grids kept): report.json `notes`
