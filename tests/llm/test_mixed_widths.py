@@ -84,8 +84,8 @@ def test_candidates_are_scored_against_the_float_model(trained_lm_dir, lm_tokeni
     assert record["scored_on"].startswith("4 held-out calibration windows of 256 tokens")
     assert record["step"] == "quantize" and record["artifact"] == "all"
     assert record["winner"] == min(tried, key=lambda name: tried[name]["kl"])
-    assert all(1.0 <= t["bytes_vs_int4"] <= 1.15 for t in tried.values())
-    assert all(t["bytes_vs_int4"] == 1.0 for t in tried.values() if not t["int8"])
+    assert all(1.0 <= t["bytes_ratio"] <= 1.15 for t in tried.values())
+    assert all(t["bytes_ratio"] == 1.0 for t in tried.values() if not t["int8"])
     # the mixes measure closer than all-int4 of the same algorithm on this model
     for algorithm in ("gptq", "rtn"):
         mixes = [t["kl"] for name, t in tried.items() if name.startswith(f"{algorithm}+")]
@@ -100,3 +100,34 @@ def test_candidates_are_scored_against_the_float_model(trained_lm_dir, lm_tokeni
     only, none = choose_weights(loaded, fixed, calibration)
     assert none is None and {w.bits for w in only.values()} == {4}
     assert np.isfinite(again)
+
+
+@pytest.mark.slow
+def test_int8_is_scored_as_each_file_computes_it(trained_lm_dir, lm_tokenizer):
+    """int8: per group with zero points (exact in ONNX, rounded again per row in a .tflite)
+    against symmetric per row (exact in both); with a .tflite asked for, each is judged on
+    its worse file."""
+    from compressor.backends.llm.candidates import choose_weights
+    from compressor.backends.llm.handlers import weight_only_plan
+    from compressor.backends.llm.litert_grid import as_computed
+    from compressor.backends.llm.load import load_lm
+    from compressor.schemes import Int8WeightOnly
+    from compressor.tasks.lm.text_data import TextData
+
+    loaded = load_lm(trained_lm_dir)
+    calibration, _ = TextData(calibration_windows=8).windows(lm_tokenizer)
+    plan = weight_only_plan(Int8WeightOnly(), loaded)
+    weights, record = choose_weights(loaded, plan, calibration, formats=("onnx", "tflite"))
+    tried = {t["name"]: t for t in record["tried"]}
+    groups, rows = tried["rtn"], tried["rtn_rows"]
+    # the .tflite rounds the zero-point grid again: further from float than the ONNX file
+    assert groups["by_format"]["tflite"] > groups["by_format"]["onnx"]
+    assert rows["by_format"]["tflite"] == rows["by_format"]["onnx"]     # exact in both
+    assert groups["score"] == groups["by_format"]["tflite"]             # the worse file
+    assert record["winner"] == min(tried, key=lambda name: tried[name]["score"])
+    if record["winner"] == "rtn_rows":
+        assert all(as_computed(w) is w for w in weights.values())
+    # ONNX alone: the zero-point grid is scored as ONNX computes it, exactly
+    _, alone = choose_weights(loaded, plan, calibration, formats=("onnx",))
+    assert {t["name"]: set(t["by_format"]) for t in alone["tried"]} == \
+        {"rtn": {"onnx"}, "rtn_rows": {"onnx"}}

@@ -75,8 +75,10 @@ def recipe(tmp_path_factory):
     path.write_text(yaml.safe_dump({
         "name": "floor", "export": ["onnx"], "validate": {"metric": "perplexity",
                                                           "max_increase": 1.0},
+        # int8_budget 1.0: its handler makes every matrix int4 (the inherited key declares
+        # the int8 share the planner counts)
         "steps": [{"pass": "quantize", "mode": "weight_only_floor", "dtype": "int4",
-                   "group_size": 32}]}))
+                   "group_size": 32, "int8_budget": 1.0}]}))
     return path
 
 

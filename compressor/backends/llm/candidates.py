@@ -31,44 +31,75 @@ MIN_WINDOWS_TO_SPLIT = 8
 
 
 def choose_weights(loaded: LoadedLm, plan: WeightOnlyPlan, calibration: np.ndarray | None,
-                   task: Any = None, info: Any = None
+                   task: Any = None, info: Any = None, formats: tuple[str, ...] = ("onnx",)
                    ) -> tuple[dict[str, QuantizedLinear], dict[str, Any] | None]:
-    """(the winning integers, the record report.json keeps as `candidates`; None when there
-    was one candidate only). `info(line)`: where the scores are told."""
+    """(the winning integers, the record report.json keeps as a `candidates` entry; None when
+    there was one candidate only). Each candidate is scored as every format in `formats`
+    computes it (a .tflite rounds integers off LiteRT's grids again: litert_grid.as_computed)
+    and judged on the worst. `info(line)`: where the scores are told."""
     algorithms = ALGORITHMS if plan.algorithm == "auto" else (plan.algorithm,)
     fit, scoring = _split(calibration)
     mixing = plan.bits == 4 and plan.int8_budget > 1.0
     made = quantize_candidates(loaded, replace(plan, algorithm=algorithms[0]), fit, algorithms,
                                task, measure=mixing)
-    floats = _float_matrices(loaded.model) if mixing else {}
+    floats = _float_matrices(loaded.model) if mixing or plan.bits == 8 else {}
     tables = _token_tables(loaded.model)
     options = []
     for algorithm, candidate in made.items():
         options.append(_option(algorithm, algorithm, candidate.weights, []))
-        if not mixing:
-            continue
-        spare = mixed.spare_bytes(candidate.weights, plan.int8_budget)
-        found = mixed.units(candidate.weights, candidate.errors)
-        picks: list[set[str]] = []
-        for order in mixed.ORDERS:
-            picked = mixed.chosen(found, spare, order, tables)
-            if picked and {u.name for u in picked} not in picks:   # another order's pick: once
-                picks.append({u.name for u in picked})
-                options.append(_option(f"{algorithm}+int8_by_{order}", algorithm,
-                                       mixed.with_int8(candidate.weights, picked, floats), picked))
+        if mixing:
+            options += _mixes(algorithm, candidate, plan.int8_budget, floats, tables)
+    if plan.bits == 8:   # per row, symmetric: what LiteRT's int8 kernels store exactly
+        options.append(_option(f"{algorithms[0]}_rows", algorithms[0],
+                               mixed.int8_rows_for(options[0]["weights"], floats), []))
     if len(options) == 1:
         return options[0]["weights"], None
     if scoring is None:   # no windows to score on: the first algorithm, mixed by output error
         best = options[1] if mixing and len(options) > 1 else options[0]
         return best["weights"], _record(options, best, None, calibration)
-    scores = kl_from_float(loaded.model, [o["weights"] for o in options], scoring)
-    for option, score in zip(options, scores):
-        option["kl"] = score
+    _score(loaded.model, options, scoring, formats)
     best = min(options, key=lambda o: o["kl"])
     if info is not None:
         info("quantize: candidates (mean KL from the float model, lower is closer): " + ", ".join(
             f"{o['name']} {o['kl']:.4g}" for o in options) + f"; kept {best['name']}")
     return best["weights"], _record(options, best, scoring, calibration)
+
+
+def _mixes(algorithm: str, candidate: Any, budget: float, floats: dict[str, torch.Tensor],
+           tables: frozenset[str]) -> list[dict[str, Any]]:
+    """The candidate with int8 bought in each of mixed.ORDERS (a pick another order made
+    already is not tried twice)."""
+    spare = mixed.spare_bytes(candidate.weights, budget)
+    found = mixed.units(candidate.weights, candidate.errors)
+    options: list[dict[str, Any]] = []
+    picks: list[set[str]] = []
+    for order in mixed.ORDERS:
+        picked = mixed.chosen(found, spare, order, tables)
+        if picked and {u.name for u in picked} not in picks:
+            picks.append({u.name for u in picked})
+            options.append(_option(f"{algorithm}+int8_by_{order}", algorithm,
+                                   mixed.with_int8(candidate.weights, picked, floats), picked))
+    return options
+
+
+def _score(model: Any, options: list[dict[str, Any]], windows: np.ndarray,
+           formats: tuple[str, ...]) -> None:
+    """Each option's `kl` (the worst over the formats) and `kl_by_format`."""
+    from compressor.backends.llm.litert_grid import as_computed
+
+    runs: list[tuple[dict, str, dict[str, QuantizedLinear]]] = []
+    for option in options:
+        weights = option["weights"]
+        if "tflite" in formats:
+            computed = {name: as_computed(w) for name, w in weights.items()}
+            exact = all(computed[name] is w for name, w in weights.items())
+            runs.append((option, "tflite", weights if exact else computed))
+        if set(formats) - {"tflite"} or not formats:   # ONNX (and GGUF) compute the integers
+            runs.append((option, "onnx", weights))
+    scores = kl_from_float(model, [weights for _, _, weights in runs], windows)
+    for (option, fmt, _), score in zip(runs, scores):
+        option.setdefault("kl_by_format", {})[fmt] = score
+        option["kl"] = max(option["kl_by_format"].values())
 
 
 def _split(calibration: np.ndarray | None) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -88,7 +119,7 @@ def _option(name: str, algorithm: str, weights: dict[str, QuantizedLinear],
 
 def _record(options: list[dict], best: dict, scoring: np.ndarray | None,
             calibration: np.ndarray | None) -> dict[str, Any]:
-    int4_bytes = options[0]["bytes"]
+    first_bytes = options[0]["bytes"]   # all matrices at the recipe's bits
     held_out = scoring is not None and calibration is not None and len(scoring) < len(calibration)
     scored_on = ("nothing (no calibration windows): the first candidate mixed by output error"
                  if scoring is None else
@@ -96,9 +127,11 @@ def _record(options: list[dict], best: dict, scoring: np.ndarray | None,
                  f"{scoring.shape[1]} tokens: mean KL(float || candidate) per token, lower is closer")
     return {"artifact": "all", "step": "quantize", "scored_on": scored_on,
             "winner": best["name"],
-            "tried": [{"name": o["name"], "score": o.get("kl"), "settings": {
-                "algorithm": o["algorithm"], "int8": o["int8"],
-                "bytes_vs_int4": round(o["bytes"] / int4_bytes, 4)}} for o in options]}
+            "tried": [{"name": o["name"], "score": o.get("kl"),
+                       "by_format": o.get("kl_by_format"), "settings": {
+                           "algorithm": o["algorithm"], "int8": o["int8"],
+                           "bytes_ratio": round(o["bytes"] / first_bytes, 4)}}
+                      for o in options]}
 
 
 def _float_matrices(model: Any) -> dict[str, torch.Tensor]:

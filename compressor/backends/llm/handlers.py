@@ -79,7 +79,7 @@ def _quantized(state: ModelState, plan: Any, ctx: Context) -> ModelState:
                           f" on {len(calibration)} calibration windows"
                           if plan.algorithm != "rtn" and calibration is not None else ""))
     quantized, candidates = choose_weights(state.model, plan, calibration, ctx.progress.task,
-                                           ctx.progress.info)
+                                           ctx.progress.info, ctx.formats)
     if candidates is not None:
         ctx.record.add_note_entry("candidates", "quantize", candidates)
     return state.replace(model=state.model.with_quantized(quantized))

@@ -86,3 +86,24 @@ def round_to_nearest(values: np.ndarray, bits: int, block: int) -> LiteRtWeight:
         scales = np.maximum(kernel_scales(scales), BLOCK_SCALE_FLOOR)
     q = np.clip(np.rint(groups / scales[..., None]), -top - 1 if bits == 4 else -top, top)
     return LiteRtWeight(q.reshape(n, k).astype(np.int8), scales.astype(np.float32), bits, block)
+
+
+def as_computed(weight: QuantizedLinear) -> QuantizedLinear:
+    """`weight` as a .tflite computes with it (on_litert_grid, and block scales as the kernel
+    reads them): itself where it is stored exactly; stacked experts as they are."""
+    import torch
+
+    if weight.experts is not None:
+        return weight
+    stored, status = on_litert_grid(weight)
+    if status == EXACT:
+        return weight
+    half = 2 ** (stored.bits - 1)
+    blockwise = stored.bits == 4 and stored.block != stored.values.shape[1]
+    scales = kernel_scales(stored.scales) if blockwise else stored.scales
+    q = torch.from_numpy((stored.values.astype(np.int16) + half).astype(np.uint8))
+    zeros = torch.full(tuple(scales.shape), half, dtype=torch.uint8)
+    made = QuantizedLinear(q, torch.from_numpy(scales.astype(np.float32)), zeros, stored.bits,
+                           stored.block)
+    return QuantizedLinear.from_packed(made.packed, made.scales, made.zeros, made.bits,
+                                       made.group_size, transposed=weight.transposed)

@@ -124,3 +124,12 @@ def spare_bytes(weights: dict[str, QuantizedLinear], budget: float) -> float:
     (decoders/footprint.py)."""
     return (budget - 1.0) * sum(onnx_bytes(w) for w in weights.values()
                                 if w.bits == 4 and w.experts is None)
+
+
+def int8_rows_for(weights: dict[str, QuantizedLinear], floats: dict[str, Any]
+                  ) -> dict[str, QuantizedLinear]:
+    """An int8 model's integers put on one symmetric scale per row (stacks of experts kept):
+    the grid a .tflite stores exactly, where per-group zero points are rounded again."""
+    picked = [Unit(name, (name,), 0.0, 0) for name, w in weights.items()
+              if w.experts is None and int8_bytes(*w.shape) is not None]
+    return with_int8(weights, picked, floats)
