@@ -14,7 +14,8 @@ and the grid stay as the recipe says: they set the bytes the planner counted.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,24 @@ from compressor.backends.llm.quantize import WeightOnlyPlan, computing_with, qua
 ALGORITHMS = ("gptq", "rtn")    # auto: GPTQ first (its integers feed the next layers' inputs)
 HELD_OUT_SHARE = 4              # 1 in 4 calibration windows scores, when there are 8 or more
 MIN_WINDOWS_TO_SPLIT = 8
+REFERENCE_CACHE_BYTES = 256 * 2**20
+
+
+@dataclass
+class Variant:
+    """One candidate: its integers are made when it is scored (`make`) and dropped after
+    unless it is the best so far, so a 7B model's candidates never sit in memory together."""
+
+    name: str
+    algorithm: str
+    make: Callable[[], dict[str, QuantizedLinear]]
+    int8: list[str] = field(default_factory=list)
+    bytes: int = 0
+    kl_by_format: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def kl(self) -> float:
+        return max(self.kl_by_format.values())
 
 
 def choose_weights(loaded: LoadedLm, plan: WeightOnlyPlan, calibration: np.ndarray | None,
@@ -43,63 +62,68 @@ def choose_weights(loaded: LoadedLm, plan: WeightOnlyPlan, calibration: np.ndarr
     made = quantize_candidates(loaded, replace(plan, algorithm=algorithms[0]), fit, algorithms,
                                task, measure=mixing)
     floats = _float_matrices(loaded.model) if mixing or plan.bits == 8 else {}
-    tables = _token_tables(loaded.model)
-    options = []
+    variants = []
     for algorithm, candidate in made.items():
-        options.append(_option(algorithm, algorithm, candidate.weights, []))
+        variants.append(Variant(algorithm, algorithm, lambda c=candidate: c.weights))
         if mixing:
-            options += _mixes(algorithm, candidate, plan.int8_budget, floats, tables)
+            variants += _mixes(algorithm, candidate, plan.int8_budget, floats,
+                               _token_tables(loaded.model))
     if plan.bits == 8:   # per row, symmetric: what LiteRT's int8 kernels store exactly
-        options.append(_option(f"{algorithms[0]}_rows", algorithms[0],
-                               mixed.int8_rows_for(options[0]["weights"], floats), []))
-    if len(options) == 1:
-        return options[0]["weights"], None
+        first = made[algorithms[0]].weights
+        variants.append(Variant(f"{algorithms[0]}_rows", algorithms[0],
+                                lambda: mixed.int8_rows_for(first, floats)))
+    if len(variants) == 1:
+        return variants[0].make(), None
     if scoring is None:   # no windows to score on: the first algorithm, mixed by output error
-        best = options[1] if mixing and len(options) > 1 else options[0]
-        return best["weights"], _record(options, best, None, calibration)
-    _score(loaded.model, options, scoring, formats)
-    best = min(options, key=lambda o: o["kl"])
+        kept = variants[1] if mixing else variants[0]
+        for variant in variants:
+            variant.bytes = _bytes(variant.make())
+        return kept.make(), _record(variants, kept, None, calibration)
+    best, best_weights = _scored(loaded.model, variants, scoring, formats)
     if info is not None:
         info("quantize: candidates (mean KL from the float model, lower is closer): " + ", ".join(
-            f"{o['name']} {o['kl']:.4g}" for o in options) + f"; kept {best['name']}")
-    return best["weights"], _record(options, best, scoring, calibration)
+            f"{v.name} {v.kl:.4g}" for v in variants) + f"; kept {best.name}")
+    return best_weights, _record(variants, best, scoring, calibration)
 
 
 def _mixes(algorithm: str, candidate: Any, budget: float, floats: dict[str, torch.Tensor],
-           tables: frozenset[str]) -> list[dict[str, Any]]:
+           tables: frozenset[str]) -> list[Variant]:
     """The candidate with int8 bought in each of mixed.ORDERS (a pick another order made
     already is not tried twice)."""
     spare = mixed.spare_bytes(candidate.weights, budget)
     found = mixed.units(candidate.weights, candidate.errors)
-    options: list[dict[str, Any]] = []
+    variants: list[Variant] = []
     picks: list[set[str]] = []
     for order in mixed.ORDERS:
         picked = mixed.chosen(found, spare, order, tables)
         if picked and {u.name for u in picked} not in picks:
             picks.append({u.name for u in picked})
-            options.append(_option(f"{algorithm}+int8_by_{order}", algorithm,
-                                   mixed.with_int8(candidate.weights, picked, floats), picked))
-    return options
+            variants.append(Variant(
+                f"{algorithm}+int8_by_{order}", algorithm,
+                lambda picked=picked: mixed.with_int8(candidate.weights, picked, floats),
+                [unit.name for unit in picked]))
+    return variants
 
 
-def _score(model: Any, options: list[dict[str, Any]], windows: np.ndarray,
-           formats: tuple[str, ...]) -> None:
-    """Each option's `kl` (the worst over the formats) and `kl_by_format`."""
+def _scored(model: Any, variants: list[Variant], windows: np.ndarray, formats: tuple[str, ...]
+            ) -> tuple[Variant, dict[str, QuantizedLinear]]:
+    """Each variant's KL per format, made and scored one at a time; the best and its weights."""
     from compressor.backends.llm.litert_grid import as_computed
 
-    runs: list[tuple[dict, str, dict[str, QuantizedLinear]]] = []
-    for option in options:
-        weights = option["weights"]
+    scorer = KlScorer(model, windows)
+    best, best_weights = None, {}
+    for variant in variants:
+        weights = variant.make()
+        variant.bytes = _bytes(weights)
         if "tflite" in formats:
             computed = {name: as_computed(w) for name, w in weights.items()}
             exact = all(computed[name] is w for name, w in weights.items())
-            runs.append((option, "tflite", weights if exact else computed))
+            variant.kl_by_format["tflite"] = scorer(weights if exact else computed)
         if set(formats) - {"tflite"} or not formats:   # ONNX (and GGUF) compute the integers
-            runs.append((option, "onnx", weights))
-    scores = kl_from_float(model, [weights for _, _, weights in runs], windows)
-    for (option, fmt, _), score in zip(runs, scores):
-        option.setdefault("kl_by_format", {})[fmt] = score
-        option["kl"] = max(option["kl_by_format"].values())
+            variant.kl_by_format["onnx"] = scorer(weights)
+        if best is None or variant.kl < best.kl:
+            best, best_weights = variant, weights
+    return best, best_weights
 
 
 def _split(calibration: np.ndarray | None) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -110,28 +134,24 @@ def _split(calibration: np.ndarray | None) -> tuple[np.ndarray | None, np.ndarra
     return calibration[:-held], calibration[-held:]
 
 
-def _option(name: str, algorithm: str, weights: dict[str, QuantizedLinear],
-            picked: list[mixed.Unit]) -> dict[str, Any]:
-    return {"name": name, "algorithm": algorithm, "weights": weights,
-            "int8": [unit.name for unit in picked],
-            "bytes": sum(mixed.onnx_bytes(w) for w in weights.values())}
+def _bytes(weights: dict[str, QuantizedLinear]) -> int:
+    return sum(mixed.onnx_bytes(w) for w in weights.values())
 
 
-def _record(options: list[dict], best: dict, scoring: np.ndarray | None,
+def _record(variants: list[Variant], best: Variant, scoring: np.ndarray | None,
             calibration: np.ndarray | None) -> dict[str, Any]:
-    first_bytes = options[0]["bytes"]   # all matrices at the recipe's bits
+    first_bytes = variants[0].bytes   # all matrices at the recipe's bits
     held_out = scoring is not None and calibration is not None and len(scoring) < len(calibration)
     scored_on = ("nothing (no calibration windows): the first candidate mixed by output error"
                  if scoring is None else
                  f"{len(scoring)} {'held-out ' if held_out else ''}calibration windows of "
                  f"{scoring.shape[1]} tokens: mean KL(float || candidate) per token, lower is closer")
-    return {"artifact": "all", "step": "quantize", "scored_on": scored_on,
-            "winner": best["name"],
-            "tried": [{"name": o["name"], "score": o.get("kl"),
-                       "by_format": o.get("kl_by_format"), "settings": {
-                           "algorithm": o["algorithm"], "int8": o["int8"],
-                           "bytes_ratio": round(o["bytes"] / first_bytes, 4)}}
-                      for o in options]}
+    return {"artifact": "all", "step": "quantize", "scored_on": scored_on, "winner": best.name,
+            "tried": [{"name": v.name, "score": v.kl if v.kl_by_format else None,
+                       "by_format": v.kl_by_format or None, "settings": {
+                           "algorithm": v.algorithm, "int8": v.int8,
+                           "bytes_ratio": round(v.bytes / first_bytes, 4)}}
+                      for v in variants]}
 
 
 def _float_matrices(model: Any) -> dict[str, torch.Tensor]:
@@ -152,22 +172,44 @@ def _token_tables(model: Any) -> frozenset[str]:
                      if id(param) in wanted)
 
 
+class KlScorer:
+    """Mean KL(float || candidate) per predicted token on `windows`. The float model's
+    log-probabilities are kept when they take at most REFERENCE_CACHE_BYTES (a small model),
+    else computed again beside each candidate's."""
+
+    def __init__(self, model: Any, windows: np.ndarray):
+        self.model = model
+        self.batches = [torch.as_tensor(windows[start:start + CALIBRATION_BATCH])
+                        for start in range(0, len(windows), CALIBRATION_BATCH)]
+        vocabulary = model.get_output_embeddings().weight.shape[0]
+        self.cache: list[torch.Tensor] | None = \
+            [] if windows.size * vocabulary * 4 <= REFERENCE_CACHE_BYTES else None
+
+    def _reference(self, index: int) -> torch.Tensor:
+        if self.cache is not None and index < len(self.cache):
+            return self.cache[index]
+        reference = _log_probs(self.model, self.batches[index])
+        if self.cache is not None:
+            self.cache.append(reference)
+        return reference
+
+    def __call__(self, weights: dict[str, QuantizedLinear]) -> float:
+        total, tokens = 0.0, 0
+        with torch.no_grad():
+            for index, batch in enumerate(self.batches):
+                reference = self._reference(index)
+                with computing_with(self.model, weights):
+                    moved = _log_probs(self.model, batch)
+                total += float((reference.exp() * (reference - moved)).sum())
+                tokens += reference.shape[0] * reference.shape[1]
+        return total / tokens
+
+
 def kl_from_float(model: Any, candidates: list[dict[str, QuantizedLinear]],
                   windows: np.ndarray) -> list[float]:
-    """Mean KL(float || candidate) per predicted token on `windows`, for each candidate (the
-    float model's distribution computed once per batch)."""
-    totals = [0.0] * len(candidates)
-    tokens = 0
-    with torch.no_grad():
-        for start in range(0, len(windows), CALIBRATION_BATCH):
-            batch = torch.as_tensor(windows[start:start + CALIBRATION_BATCH])
-            reference = _log_probs(model, batch)
-            for index, weights in enumerate(candidates):
-                with computing_with(model, weights):
-                    moved = _log_probs(model, batch)
-                totals[index] += float((reference.exp() * (reference - moved)).sum())
-            tokens += reference.shape[0] * reference.shape[1]
-    return [total / tokens for total in totals]
+    """KlScorer's score of each candidate."""
+    scorer = KlScorer(model, windows)
+    return [scorer(weights) for weights in candidates]
 
 
 def _log_probs(model: Any, batch: torch.Tensor) -> torch.Tensor:
