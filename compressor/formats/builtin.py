@@ -11,6 +11,8 @@ register_format(Format(
     inspect="compressor.runtimes:inspect_tflite_file",   # LiteRT shows INT4 as int8
     open_lm="compressor.runtimes.litert_lm:LiteRtLm",    # prefill / decode signatures
     lm_hint="an LM .tflite with prefill and decode signatures",
+    # symmetric integers only (int8 per row, int4 per block): any other grid is rounded again
+    lm_weights="compressor.backends.llm.litert_grid:as_computed",
     # int8 also means int8 activations: read from the ops, not only the weights
     float_kernels="compressor.export.int8:tflite_float_kernels"))
 

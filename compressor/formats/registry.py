@@ -28,6 +28,8 @@ class Format:
     check: str = ""              # (path) -> None: a quick check before a file is opened
     float_kernels: str = ""      # (path) -> names of kernel ops computing in float; "" : the
     #                              inspector's float kernel weights
+    lm_weights: str = ""         # (QuantizedLinear) -> the weight as its runtime computes a
+    #                              language model's integers ("": exactly as quantized)
     packages: tuple[str, ...] = ()   # pip packages of its runtime; the first installed one
     #                                  names the runtime in reports ("onnxruntime 1.32.0")
     default_export: bool = False   # in a recipe's `export` when the recipe names none

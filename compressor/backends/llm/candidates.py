@@ -107,20 +107,27 @@ def _mixes(algorithm: str, candidate: Any, budget: float, floats: dict[str, torc
 
 def _scored(model: Any, variants: list[Variant], windows: np.ndarray, formats: tuple[str, ...]
             ) -> tuple[Variant, dict[str, QuantizedLinear]]:
-    """Each variant's KL per format, made and scored one at a time; the best and its weights."""
-    from compressor.backends.llm.litert_grid import as_computed
+    """Each variant's KL per format, made and scored one at a time; the best and its weights.
+    A format computes the integers as they are unless its registry entry names how its
+    runtime changes them (Format.lm_weights: a .tflite rounds other grids again)."""
+    from compressor.formats import format_named, resolve
 
+    views = {fmt: resolve(format_named(fmt).lm_weights) for fmt in formats
+             if format_named(fmt).lm_weights}
     scorer = KlScorer(model, windows)
     best, best_weights = None, {}
     for variant in variants:
         weights = variant.make()
         variant.bytes = _bytes(weights)
-        if "tflite" in formats:
-            computed = {name: as_computed(w) for name, w in weights.items()}
-            exact = all(computed[name] is w for name, w in weights.items())
-            variant.kl_by_format["tflite"] = scorer(weights if exact else computed)
-        if set(formats) - {"tflite"} or not formats:   # ONNX (and GGUF) compute the integers
-            variant.kl_by_format["onnx"] = scorer(weights)
+        as_stored = None    # the score of the integers as they are, shared by the formats
+        for fmt in formats or ("any",):
+            view = views.get(fmt)
+            computed = weights if view is None else {name: view(w) for name, w in weights.items()}
+            if all(computed[name] is w for name, w in weights.items()):
+                as_stored = scorer(weights) if as_stored is None else as_stored
+                variant.kl_by_format[fmt] = as_stored
+            else:
+                variant.kl_by_format[fmt] = scorer(computed)
         if best is None or variant.kl < best.kl:
             best, best_weights = variant, weights
     return best, best_weights
