@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from compressor.errors import first_line
+
 # onnxruntime's dynamic quantizer's ops but Gather: it would store a table as uint8 with one
 # scale (write_dynamic stores tables as int8 rows instead).
 DYNAMIC_OPS = ("Conv", "MatMul", "Gemm", "Attention", "LSTM", "EmbedLayerNormalization")
@@ -61,6 +63,8 @@ LATENCY_BOUND = 1.25   # batch-1 p50 / the plain dynamic file's: slower candidat
 SIZE_BOUND = 1.05      # bytes / the plain dynamic file's: larger candidates cannot win
 MIXED_BUDGET = 1.2     # the mixed candidate's estimated p50 / the plain dynamic file's
 MAX_RANKED = 96        # weight MatMuls the mixed candidate ranks at most (a quantization each)
+# onnxruntime's quantizers raise these on graphs they cannot handle (onnx_prepare.quantizing)
+QUANTIZER_ERRORS = (RuntimeError, ValueError, KeyError, TypeError, AssertionError, IndexError)
 MIXED_TRIES = 3        # mixed files built at most (each fit redone with costs rescaled)
 
 
@@ -187,11 +191,14 @@ class Search:
         block = onnx_blockwise.block_size(matmuls.values()) if matmuls else 0
         if why is None:
             path = self.workdir / f"candidate-{BLOCKWISE}.onnx"
-            write_blockwise(onnx.load(str(self.prepared)), path, set(matmuls), self.excluded,
-                            block)
-            self.add(BLOCKWISE, path, {"smooth": False, "blockwise": "all", "block": block,
-                                       "bits": onnx_blockwise.BITS,
-                                       "accuracy_level": onnx_blockwise.ACCURACY_LEVEL})
+            try:
+                write_blockwise(onnx.load(str(self.prepared)), path, set(matmuls),
+                                self.excluded, block)
+                self.add(BLOCKWISE, path, {"smooth": False, "blockwise": "all", "block": block,
+                                           "bits": onnx_blockwise.BITS,
+                                           "accuracy_level": onnx_blockwise.ACCURACY_LEVEL})
+            except QUANTIZER_ERRORS as exc:   # the dynamic candidates stand without it
+                why = f"onnxruntime's MatMulNBits quantizer or kernel failed: {first_line(exc)}"
         self.time([entry["name"] for entry in self.tried])
         if why is not None:
             return {"blockwise": f"not tried: {why}"}
@@ -201,7 +208,10 @@ class Search:
         if len(matmuls) > MAX_RANKED:
             return {"mixed": f"not tried: {len(matmuls)} weight MatMuls to rank (at most "
                              f"{MAX_RANKED}: one quantization each)"}
-        return self.mixed(matmuls, block, smoothed_file, whole)
+        try:
+            return self.mixed(matmuls, block, smoothed_file, whole)
+        except QUANTIZER_ERRORS as exc:
+            return {"mixed": f"not tried: {first_line(exc)}"}
 
     def mixed(self, matmuls: dict[str, tuple[int, int]], block: int, smoothed_file: Path,
               whole: dict[str, Any]) -> dict[str, Any]:

@@ -151,6 +151,20 @@ def test_too_slow_blockwise_gives_a_mixed_candidate(tmp_path, monkeypatch):
     assert ops.count("MatMulNBits") == 1 and ops.count("MatMulInteger") == 1
 
 
+def test_a_failing_blockwise_quantizer_leaves_the_dynamic_candidates(tmp_path, monkeypatch):
+    def fails(*args, **kwargs):
+        raise ValueError("unsupported shape")
+
+    monkeypatch.setattr(onnx_blockwise, "blockwise", fails)
+    rng = np.random.default_rng(1)
+    batches = [{"ids": rng.integers(0, VOCAB, (32, TOKENS)).astype(np.int64)} for _ in range(4)]
+    note = quantize_onnx_dynamic(outlier_block(tmp_path / "block.onnx"), tmp_path / "int8.onnx",
+                                 calibration=batches)
+    assert note["blockwise"].startswith("not tried: onnxruntime's MatMulNBits")
+    assert note["winner"] in CANDIDATES and {e["name"] for e in note["tried"]} <= set(CANDIDATES)
+    assert all(e["p50_ms"] > 0 for e in note["tried"])
+
+
 def test_without_calibration_data_nothing_is_searched(tmp_path):
     note = quantize_onnx_dynamic(outlier_block(tmp_path / "block.onnx"), tmp_path / "int8.onnx")
     assert note["tried"] == [] and note["scored_on"] is None and note["winner"]
