@@ -24,7 +24,8 @@ import torch
 import compressor.backends.llm.mixed as mixed
 from compressor.backends.llm.model import LoadedLm, QuantizedLinear
 from compressor.backends.llm.layer_inputs import CALIBRATION_BATCH
-from compressor.backends.llm.quantize import WeightOnlyPlan, computing_with, quantize_candidates
+from compressor.backends.llm.quantize import (WeightOnlyPlan, computing_with, progress,
+                                              quantize_candidates)
 
 ALGORITHMS = ("gptq", "rtn")    # auto: GPTQ first (its integers feed the next layers' inputs)
 HELD_OUT_SHARE = 4              # 1 in 4 calibration windows scores, when there are 8 or more
@@ -79,7 +80,8 @@ def choose_weights(loaded: LoadedLm, plan: WeightOnlyPlan, calibration: np.ndarr
         for variant in variants:
             variant.bytes = _bytes(variant.make())
         return kept.make(), _record(variants, kept, None, calibration)
-    best, best_weights = _scored(loaded.model, variants, scoring, formats)
+    with progress(task, "score candidates", len(variants)) as advance:
+        best, best_weights = _scored(loaded.model, variants, scoring, formats, advance)
     if info is not None:
         info("quantize: candidates (mean KL from the float model, lower is closer): " + ", ".join(
             f"{v.name} {v.kl:.4g}" for v in variants) + f"; kept {best.name}")
@@ -105,8 +107,8 @@ def _mixes(algorithm: str, candidate: Any, budget: float, floats: dict[str, torc
     return variants
 
 
-def _scored(model: Any, variants: list[Variant], windows: np.ndarray, formats: tuple[str, ...]
-            ) -> tuple[Variant, dict[str, QuantizedLinear]]:
+def _scored(model: Any, variants: list[Variant], windows: np.ndarray, formats: tuple[str, ...],
+            advance: Callable[[int], None]) -> tuple[Variant, dict[str, QuantizedLinear]]:
     """Each variant's KL per format, made and scored one at a time; the best and its weights.
     A format computes the integers as they are unless its registry entry names how its
     runtime changes them (Format.lm_weights: a .tflite rounds other grids again)."""
@@ -130,6 +132,7 @@ def _scored(model: Any, variants: list[Variant], windows: np.ndarray, formats: t
                 variant.kl_by_format[fmt] = scorer(computed)
         if best is None or variant.kl < best.kl:
             best, best_weights = variant, weights
+        advance(1)
     return best, best_weights
 
 
@@ -180,35 +183,39 @@ def _token_tables(model: Any) -> frozenset[str]:
 
 
 class KlScorer:
-    """Mean KL(float || candidate) per predicted token on `windows`. The float model's
-    log-probabilities are kept when they take at most REFERENCE_CACHE_BYTES (a small model),
-    else computed again beside each candidate's."""
+    """Mean KL(float || candidate) per predicted token on `windows`: sum p (log p - log q) over
+    the vocabulary. The float model's p (float16) and its sum p log p are kept when p takes at
+    most REFERENCE_CACHE_BYTES (SmolLM's 49k vocabulary over 8 x 256 tokens: 200 MB), else
+    computed again beside each candidate's."""
 
     def __init__(self, model: Any, windows: np.ndarray):
         self.model = model
         self.batches = [torch.as_tensor(windows[start:start + CALIBRATION_BATCH])
                         for start in range(0, len(windows), CALIBRATION_BATCH)]
         vocabulary = model.get_output_embeddings().weight.shape[0]
-        self.cache: list[torch.Tensor] | None = \
-            [] if windows.size * vocabulary * 4 <= REFERENCE_CACHE_BYTES else None
+        self.cache: list[tuple[torch.Tensor, float]] | None = \
+            [] if windows.size * vocabulary * 2 <= REFERENCE_CACHE_BYTES else None
 
-    def _reference(self, index: int) -> torch.Tensor:
+    def _reference(self, index: int) -> tuple[torch.Tensor, float]:
+        """(p, sum p log p) of the float model on batch `index`."""
         if self.cache is not None and index < len(self.cache):
             return self.cache[index]
-        reference = _log_probs(self.model, self.batches[index])
+        log_p = _log_probs(self.model, self.batches[index])
+        p = log_p.exp()
+        found = (p.to(torch.float16) if self.cache is not None else p, float((p * log_p).sum()))
         if self.cache is not None:
-            self.cache.append(reference)
-        return reference
+            self.cache.append(found)
+        return found
 
     def __call__(self, weights: dict[str, QuantizedLinear]) -> float:
         total, tokens = 0.0, 0
         with torch.no_grad():
             for index, batch in enumerate(self.batches):
-                reference = self._reference(index)
+                p, p_log_p = self._reference(index)
                 with computing_with(self.model, weights):
-                    moved = _log_probs(self.model, batch)
-                total += float((reference.exp() * (reference - moved)).sum())
-                tokens += reference.shape[0] * reference.shape[1]
+                    log_q = _log_probs(self.model, batch)
+                total += p_log_p - float((p.to(torch.float32) * log_q).sum())
+                tokens += log_q.shape[0] * log_q.shape[1]
         return total / tokens
 
 

@@ -79,7 +79,7 @@ def quantize_candidates(loaded: LoadedLm, plan: WeightOnlyPlan, calibration: np.
     layers = decoder_layers(model)
     release = _releaser(loaded)
     made = {algorithm: Candidate() for algorithm in algorithms}
-    with torch.no_grad(), _progress(task, "quantize", len(layers) + 1) as advance:
+    with torch.no_grad(), progress(task, "quantize", len(layers) + 1) as advance:
         if "gptq" in algorithms and calibration is not None:
             _calibrated_layers(model, layers, plan, calibration, made, kept, advance, release,
                                measure)
@@ -275,8 +275,9 @@ def _swapped(params: dict[str, torch.Tensor], quantized: dict[str, QuantizedLine
 
 
 @contextlib.contextmanager
-def _progress(task: Callable[[str, int], Any] | None, description: str, total: int
-              ) -> Iterator[Callable[[int], None]]:
+def progress(task: Callable[[str, int], Any] | None, description: str, total: int
+             ) -> Iterator[Callable[[int], None]]:
+    """`task(description, total)`'s advance(n) (Progress.task), or a no-op without one."""
     if task is None:
         yield lambda n=1: None
         return
