@@ -95,6 +95,11 @@ def _render(result: dict) -> None:
                           "-" if p["max_context"] is None else f"{p['max_context']:,}")
         console.print(table)
         _render_tflite(console, target["plans"])
+        mixed = [f"{p['recipe']} up to {p['int8_budget']:g}x" for p in target["plans"]
+                 if p.get("int8_budget", 1.0) > 1.0]
+        if mixed:
+            console.print("int8 for the matrices int4 moves most (chosen when quantizing; weights "
+                          f"counted at that ceiling): {', '.join(mixed)} the all-int4 bytes")
         console.print(f"recommended: {target['recommended'] or 'none fits with 5% headroom'}")
         if "split" in target:
             _render_split(console, target["split"])

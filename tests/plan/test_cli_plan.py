@@ -37,6 +37,10 @@ def test_the_8b_llama_on_orin_nx_at_4k(cli):
     fits = {p["recipe"]: p["fits"] for p in out["plans"]}
     assert fits == {"fp16": False, "int8": False, "int4": True, "int4_g128": True}
     assert out["recommended"] == "int4" and out["split"]["recipe"] == "int8"
+    # int4's int8 share (the recipe's 1.15x) cut to what leaves the board 5% free at 4096
+    budgets = {p["recipe"]: p["int8_budget"] for p in out["plans"]}
+    assert 1.0 < budgets["int4"] < 1.15 and budgets["int4_g128"] == 1.15
+    assert budgets["fp16"] == budgets["int8"] == 1.0
     stages = out["split"]["stages"]
     assert stages[0]["first_layer"] == 0 and stages[-1]["last_layer"] == 31 and len(stages) == 2
     assert all(s["bytes"] <= out["device"]["usable_bytes"] for s in stages)
@@ -47,6 +51,7 @@ def test_the_table_labels_speeds_as_bounds(capsys):
     assert main(["plan", "llama-3.1-8b", "--devices", "2"]) == 0
     text = capsys.readouterr().out
     assert "recommended: int4" in text and "upper bounds, not predictions" in text
+    assert "int8 for the matrices int4 moves most" in text and "int4 up to 1.068x" in text
     assert "split over 2 devices at int8 (fits)" in text and "decode tok/s <=" in text
 
 
