@@ -66,6 +66,7 @@ MAX_RANKED = 96        # weight MatMuls the mixed candidate ranks at most (a qua
 # onnxruntime's quantizers raise these on graphs they cannot handle (onnx_prepare.quantizing)
 QUANTIZER_ERRORS = (RuntimeError, ValueError, KeyError, TypeError, AssertionError, IndexError)
 MIXED_TRIES = 3        # mixed files built at most (each fit redone with costs rescaled)
+FILLED = 0.5           # a mixed file within the bound using this much of the budget is kept
 
 
 def not_searched() -> tuple[str, DynamicSettings]:
@@ -220,8 +221,8 @@ class Search:
         cost estimated as its share of the multiplies times what `whole` (every matmul
         blockwise) costs over the dynamic file (timing one matmul alone drowns in noise), as
         many as fit MIXED_BUDGET x the plain file's p50; when the mixed file measures over
-        LATENCY_BOUND, the costs are scaled by how far off they were and the fit redone
-        (MIXED_TRIES files at most, each one a candidate)."""
+        LATENCY_BOUND, or under FILLED of the budget, the costs are scaled by how far off
+        they were and the fit redone (MIXED_TRIES files at most, each one a candidate)."""
         import onnx
 
         dynamic = [entry for entry in self.tried if entry["name"] in CANDIDATES]
@@ -255,13 +256,13 @@ class Search:
                              {**asdict(settings), "blockwise": sorted(chosen), "block": block,
                               "bits": 8, "accuracy_level": 4})
             self.time([name])
-            if entry["p50_vs_plain"] <= LATENCY_BOUND:
-                break
+            spent = entry["p50_vs_plain"] - base["p50_vs_plain"]
+            if entry["p50_vs_plain"] <= LATENCY_BOUND and spent >= FILLED * budget:
+                break   # within the bound, and most of the budget used
             estimated = sum(costs[node] for node in chosen)
-            if estimated <= 0:
+            if estimated <= 0 or spent <= 0:
                 break
-            off = (entry["p50_vs_plain"] - base["p50_vs_plain"]) / estimated
-            costs = {node: cost * off for node, cost in costs.items()}
+            costs = {node: cost * spent / estimated for node, cost in costs.items()}
         if not seen:
             return {**ranking, "mixed": "not tried: no matmul gains within the budget"}
         return ranking

@@ -151,6 +151,23 @@ def test_too_slow_blockwise_gives_a_mixed_candidate(tmp_path, monkeypatch):
     assert ops.count("MatMulNBits") == 1 and ops.count("MatMulInteger") == 1
 
 
+def test_a_mixed_file_under_half_its_budget_is_refit_with_more_matmuls(tmp_path, monkeypatch):
+    """The first mixed file (one matmul, estimated 0.15) measures 0.05 over the dynamic file:
+    costs are scaled by 1/3 and both matmuls fit the next one."""
+    fake = {f"candidate-{BLOCKWISE}.onnx": 1.3, "candidate-mixed0.onnx": 1.05}
+    monkeypatch.setattr(onnx_blockwise, "p50_ms",
+                        lambda paths, feed, **timing: [fake.get(p.name, 1.0) for p in paths])
+    rng = np.random.default_rng(1)
+    batches = [{"ids": rng.integers(0, VOCAB, (32, TOKENS)).astype(np.int64)} for _ in range(4)]
+    note = quantize_onnx_dynamic(outlier_block(tmp_path / "block.onnx"), tmp_path / "int8.onnx",
+                                 calibration=batches)
+    base = note["mixed_ranking"]["base"]
+    mixed = {e["name"]: e for e in note["tried"] if "+blockwise_" in e["name"]}
+    assert list(mixed) == [f"{base}+blockwise_1of2", f"{base}+blockwise_2of2"]
+    assert [e["p50_vs_plain"] for e in mixed.values()] == [1.05, 1.0]
+    assert note["winner"] == pick(note["tried"])
+
+
 def test_a_failing_blockwise_quantizer_leaves_the_dynamic_candidates(tmp_path, monkeypatch):
     def fails(*args, **kwargs):
         raise ValueError("unsupported shape")
