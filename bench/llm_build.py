@@ -3,11 +3,15 @@
 
 - train OUT [--quick]: a byte-level BPE tokenizer and a small Llama (tests/support/tiny_lm.py,
   at the bench's size below) trained on the built-in corpus's calibration text, saved as a
-  Hugging Face folder; its torch perplexity on TextData's default evaluation windows.
-- score HF FOLDER...: every onnxruntime-genai folder scored by the same code, in one process:
-  perplexity from open_lm_runtime(folder, threads=1).predict on those windows, size on disk
-  (inspect_artifact), the 4-bit share of its weight bytes, and speed(512, 64) at 1 thread,
-  round-robin over the folders (ROUNDS times, the median kept: the machine is shared).
+  Hugging Face folder; its torch perplexity on TextData's default evaluation windows. Cached
+  in OUT while its settings are unchanged (as are qwen's and real's).
+- qwen OUT [--quick], real OUT, q4_0 HF: the other quality models and the llama.cpp-style
+  Q4_0 baseline (bench/llm_models.py).
+- score HF [--rounds=N] FOLDER... [--untimed FOLDER...]: every onnxruntime-genai folder scored
+  by the same code, in one process: perplexity from open_lm_runtime(folder, threads=1).predict
+  on those windows, size on disk (inspect_artifact), the 4-bit share of its weight bytes, and,
+  for the folders before --untimed, speed(512, 64) at 1 thread, round-robin over them (N
+  times, default ROUNDS, the median kept: the machine is shared).
 - big OUT [--quick]: a ~1B-parameter random-init Llama (Llama-3.2-1B's shape) saved in
   bfloat16 with a tokenizer, for the compress peak-RSS measurement.
 - mid OUT [--quick]: a random-init Llama of SmolLM-135M's shape in bfloat16, for decode speed
@@ -25,7 +29,9 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from bench import llm_models
+from bench.llm_models import cached_build, stamp_build, tiny_lm_module, shares
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")   # nothing here downloads
 
 # The bench's small LM: tiny_lm's Llama at 4x its parameter count per layer, twice the layers.
@@ -49,21 +55,17 @@ SPEED = {"prefill_tokens": 512, "decode_tokens": 64}
 ROUNDS = 3
 
 
-def _tiny_lm():
-    sys.path.insert(0, str(REPO / "tests"))
-    from support import tiny_lm
-
-    return tiny_lm
-
-
 def train(out: str, quick: bool = False) -> dict:
     """The small LM: tiny_lm's tokenizer and training run at the bench's size (tiny_lm.TINY is
     the config every tiny model starts from; this fresh process widens it)."""
     from compressor.tasks.lm.text_data import TextData
 
-    tiny_lm = _tiny_lm()
+    tiny_lm = tiny_lm_module()
     size, vocab, steps = (QUICK, QUICK_VOCAB, QUICK_STEPS) if quick else (SMALL, SMALL_VOCAB,
                                                                          SMALL_STEPS)
+    key = {"family": "llama", **size, "vocab": vocab, "steps": steps}
+    if (saved := cached_build(Path(out), key)):
+        return {**saved, "cached": True}
     tiny_lm.TINY = {**tiny_lm.TINY, **size}
     calibration_text, _ = tiny_lm.builtin_texts()
     started = time.perf_counter()
@@ -72,13 +74,24 @@ def train(out: str, quick: bool = False) -> dict:
     train_s = time.perf_counter() - started
     folder = tiny_lm.save_hf_folder(model, tokenizer, Path(out))
     _, evaluation = TextData().windows(tokenizer)
-    return {"hf": str(folder), "config": {**size, "vocab_size": len(tokenizer), "steps": steps},
-            "params": sum(p.numel() for p in model.parameters()), "train_s": round(train_s, 1),
-            "torch_perplexity": round(tiny_lm.perplexity(model, evaluation), 4),
-            "eval_windows": list(evaluation.shape)}
+    return stamp_build(Path(out), key, {
+        "hf": str(folder), "family": "llama",
+        "config": {**size, "vocab_size": len(tokenizer), "steps": steps},
+        **shares(model), "train_s": round(train_s, 1),
+        "torch_perplexity": round(tiny_lm.perplexity(model, evaluation), 4),
+        "eval_windows": list(evaluation.shape)})
 
 
-def score(hf: str, *folders: str) -> dict:
+def score(hf: str, *args: str) -> dict:
+    """score HF [--rounds=N] TIMED_FOLDER... [--untimed FOLDER...]: every folder's perplexity,
+    size and int4 share; the timed ones' speed too, N (default ROUNDS) round-robin rounds."""
+    rounds = next((int(a.split("=", 1)[1]) for a in args if a.startswith("--rounds=")), ROUNDS)
+    args = [a for a in args if not a.startswith("--rounds=")]
+    cut = args.index("--untimed") if "--untimed" in args else len(args)
+    return _score(hf, args[:cut], args[cut + 1:], rounds)
+
+
+def _score(hf: str, timed: list[str], untimed: list[str], rounds: int) -> dict:
     from transformers import AutoTokenizer
 
     import compressor.tasks.lm.metrics as lm_metrics
@@ -88,6 +101,7 @@ def score(hf: str, *folders: str) -> dict:
     from compressor.runtimes.weights import weight_share_at
 
     _, evaluation = TextData().windows(AutoTokenizer.from_pretrained(hf))
+    folders = [*timed, *untimed]
     rows = {}
     for folder in folders:
         info = inspect_artifact(Path(folder))
@@ -96,15 +110,19 @@ def score(hf: str, *folders: str) -> dict:
                         "size_bytes": info.size_bytes, **_layout_bytes(Path(folder)),
                         "int4_share": round(weight_share_at(info.weights, 4)[0], 4),
                         "speeds": []}
-    for _ in range(ROUNDS):   # round-robin: the machine's load falls on every folder alike
-        for folder in folders:
+    for _ in range(rounds):   # round-robin: the machine's load falls on every folder alike
+        for folder in timed:
             rows[folder]["speeds"].append(open_lm_runtime(Path(folder), threads=1).speed(**SPEED))
     for row in rows.values():
+        if not row["speeds"]:
+            row.pop("speeds")
+            continue
         for key in ("decode_tokens_per_s", "prefill_ms", "peak_rss_bytes"):
             row[key] = statistics.median(s[key] for s in row["speeds"])
         row["threads"] = row["speeds"][0]["threads"]
         row["prefill_tokens"] = row["speeds"][0]["prefill_tokens"]   # capped to the context
-    return {"eval_windows": list(evaluation.shape), "rounds": ROUNDS, **SPEED, "folders": rows}
+    return {"eval_windows": list(evaluation.shape), "rounds": rounds,
+            **(SPEED if rounds else {}), "folders": rows}
 
 
 def _layout_bytes(folder: Path) -> dict:
@@ -135,7 +153,7 @@ def _random_llama(out: str, shape: dict) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    tiny_lm = _tiny_lm()
+    tiny_lm = tiny_lm_module()
     started = time.perf_counter()
     torch.manual_seed(0)
     config = LlamaConfig(**shape, bos_token_id=tiny_lm.BOS_ID,
@@ -165,15 +183,17 @@ def plan_bounds(hf: str, context: str) -> dict:
             "weights_bytes": {p["recipe"]: p["weights_bytes"] for p in result["plans"]}}
 
 
-STEPS = {"train": train, "score": score, "big": big, "mid": mid, "speed": speed,
-         "plan": plan_bounds}
+STEPS = {"train": train, "score": score, "big": big, "mid": mid,
+         "speed": speed, "plan": plan_bounds, "qwen": llm_models.qwen, "real": llm_models.real,
+         "q4_0": llm_models.q4_0}
+BUILDS = (train, big, mid, llm_models.qwen, llm_models.real)   # the steps that take --quick
 
 
 def main(argv: list[str]) -> int:
     quick = "--quick" in argv
     args = [a for a in argv[1:] if a != "--quick"]
     step = STEPS[argv[0]]
-    result = step(*args, quick=quick) if step in (train, big, mid) else step(*args)
+    result = step(*args, quick=quick) if step in BUILDS else step(*args)
     print(json.dumps(result, default=str))
     return 0
 
