@@ -147,10 +147,11 @@ class Int4WeightOnly(Scheme):
         32, "weight_only int4: input channels sharing one scale (and zero point), a power of "
         "two (32: the quality default; 128: smaller, less accurate)", ge=16, le=1024,
         check=_power_of_two)
-    algorithm: Literal["auto", "gptq", "rtn"] = key(
-        "auto", "auto (try gptq and rtn on this model, keep the one closest to the float model "
-        "on held-out calibration windows), gptq (calibrated: each column's rounding error is "
-        "compensated in the columns not yet quantized) or rtn (round to nearest)")
+    algorithm: Literal["auto", "gptq", "gptq_act_order", "rtn"] = key(
+        "auto", "auto (try each on this model, keep the one closest to the float model on "
+        "held-out calibration windows), gptq (calibrated: each column's rounding error is "
+        "compensated in the columns not yet quantized), gptq_act_order (the same, columns in "
+        "order of input energy on fixed groups) or rtn (round to nearest)")
     int8_budget: float = key(
         1.15, "bytes of the weight matrices at most this many times their all-int4 bytes: the "
         "matrices whose int4 rounding moves the model most (measured, e.g. a small model's tied "

@@ -131,3 +131,28 @@ def test_int8_is_scored_as_each_file_computes_it(trained_lm_dir, lm_tokenizer):
     _, alone = choose_weights(loaded, plan, calibration, formats=("onnx",))
     assert {t["name"]: set(t["by_format"]) for t in alone["tried"]} == \
         {"rtn": {"onnx"}, "rtn_rows": {"onnx"}}
+
+
+def test_act_order_gptq_keeps_static_contiguous_groups_and_beats_rounding():
+    """Columns rounded in order of input energy, on grids set from the original weights: the
+    stored groups are the input-order ones, and the outputs move less than round to nearest
+    on the same grids."""
+    from compressor.backends.llm.grid import gptq, grid_params
+
+    torch.manual_seed(0)
+    # correlated inputs of uneven energy: what GPTQ's updates can absorb errors into
+    x = (torch.randn(512, 16) @ torch.randn(16, 64)) * torch.linspace(0.2, 4.0, 64)
+    weight = torch.randn(16, 64)
+    hessian = x.T @ x
+    ordered = gptq(weight, hessian, 4, 32, symmetric=True, act_order=True)
+    for g in range(2):
+        cols = slice(32 * g, 32 * (g + 1))
+        scale, _ = grid_params(weight[:, cols], 4, True, torch.diag(hessian)[cols])
+        assert torch.equal(ordered.scales[:, g], scale)
+    rounded = rtn(weight, 4, 32, symmetric=True, importance=torch.diag(hessian))
+    assert torch.equal(rounded.scales, ordered.scales)
+
+    def moved(q):
+        return float(((x @ (q.dequantize() - weight).T) ** 2).sum())
+
+    assert moved(ordered) < 0.8 * moved(rounded)

@@ -51,7 +51,7 @@ def test_scheme_key_values_are_checked_with_their_meaning():
     assert _error(_quantize(mode="weight_only", dtype="int4", group_size=48)).startswith(
         "mine.yaml: steps.0.group_size must be a power of two (16, 32, 64, 128, ...), got 48")
     assert _error(_quantize(mode="weight_only", dtype="int4", algorithm="awq")).startswith(
-        "mine.yaml: steps.0.algorithm = 'awq': Input should be 'auto', 'gptq' or 'rtn' (auto (try")
+        "mine.yaml: steps.0.algorithm = 'awq': Input should be 'auto', 'gptq', 'gptq_act_order' or 'rtn' (auto (try")
 
 
 def test_a_quantize_step_is_its_schemes_model_and_round_trips(tmp_path):

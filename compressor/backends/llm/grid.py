@@ -135,10 +135,12 @@ def output_error(weight: torch.Tensor, quantized: QuantizedLinear,
 
 
 def gptq(weight: torch.Tensor, hessian: torch.Tensor, bits: int, group_size: int,
-         symmetric: bool = False) -> QuantizedLinear:
+         symmetric: bool = False, act_order: bool = False) -> QuantizedLinear:
     """GPTQ with groups: each group's grid is set from its (error-updated) weights when the
-    group's first column is reached; columns in input order (no act-order: the artifact's
-    groups stay contiguous)."""
+    group's first column is reached, columns in input order; or with `act_order`, columns in
+    order of falling input energy (the Hessian's diagonal: the columns whose errors the
+    others can absorb go first) on grids set beforehand from the original weights ("static
+    groups": the artifact's groups stay contiguous, only the order of rounding changes)."""
     w = weight.detach().to(torch.float32).clone()
     n, k = w.shape
     maxq = 2 ** bits - 1
@@ -146,11 +148,19 @@ def gptq(weight: torch.Tensor, hessian: torch.Tensor, bits: int, group_size: int
     dead = torch.diag(h) == 0            # inputs that were always zero: any value is exact
     h[dead, dead] = 1.0
     w[:, dead] = 0.0
-    h_inv = _inverse_cholesky(h)
     importance = torch.diag(h)
-    q = torch.zeros(n, k, dtype=torch.uint8)
     scales = torch.zeros(n, k // group_size)
     zeros = torch.zeros(n, k // group_size, dtype=torch.uint8)
+    order = torch.arange(k)
+    if act_order:
+        for g in range(k // group_size):
+            cols = slice(g * group_size, (g + 1) * group_size)
+            scale, zero = grid_params(w[:, cols], bits, symmetric, importance[cols])
+            scales[:, g], zeros[:, g] = scale, zero.to(torch.uint8)
+        order = torch.argsort(importance, descending=True, stable=True)
+        w, h = w[:, order], h[order][:, order]
+    h_inv = _inverse_cholesky(h)
+    q = torch.zeros(n, k, dtype=torch.uint8)
     block = max(GPTQ_BLOCK, group_size)
     for start in range(0, k, block):
         stop = min(start + block, k)
@@ -158,12 +168,13 @@ def gptq(weight: torch.Tensor, hessian: torch.Tensor, bits: int, group_size: int
         errors = torch.zeros_like(w_block)
         h_block = h_inv[start:stop, start:stop]
         for i in range(stop - start):
-            column = start + i
-            if column % group_size == 0:
+            column = int(order[start + i])
+            group = column // group_size
+            if not act_order and column % group_size == 0:
                 scale, zero = grid_params(w_block[:, i:i + group_size], bits, symmetric,
                                           importance[column:column + group_size])
-                scales[:, column // group_size] = scale
-                zeros[:, column // group_size] = zero.to(torch.uint8)
+                scales[:, group], zeros[:, group] = scale, zero.to(torch.uint8)
+            scale, zero = scales[:, group], zeros[:, group].to(torch.float32)
             codes = _on_grid(w_block[:, i], scale, zero, maxq)
             q[:, column] = codes.to(torch.uint8)
             error = (w_block[:, i] - (codes - zero) * scale) / h_block[i, i]

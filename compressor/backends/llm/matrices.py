@@ -20,6 +20,9 @@ from compressor.backends.llm.grid import gptq, gram, rtn
 from compressor.backends.llm.model import QuantizedLinear
 
 
+ACT_ORDER = "gptq_act_order"
+
+
 @dataclass(frozen=True)
 class Matrix:
     """One quantized parameter of a layer: `module.<attr>`, [out, in] ([in, out] when
@@ -115,13 +118,14 @@ def quantize_matrix(m: Matrix, hessian: Any, bits: int, group_size: int, symmetr
                     algorithm: str = "gptq") -> QuantizedLinear:
     """`m` on the grid: GPTQ where a Hessian is given (per expert: where the expert saw
     enough tokens, experts.py), round to nearest otherwise; `algorithm` "rtn" rounds to
-    nearest with the Hessian's diagonal weighting its clip search."""
+    nearest with the Hessian's diagonal weighting its clip search, ACT_ORDER is GPTQ in order
+    of falling input energy on static groups (grid.gptq)."""
     def one(weight: torch.Tensor, h: torch.Tensor | None) -> QuantizedLinear:
         if h is None:
             return rtn(weight, bits, group_size, symmetric)
         if algorithm == "rtn":
             return rtn(weight, bits, group_size, symmetric, importance=torch.diag(h))
-        return gptq(weight, h, bits, group_size, symmetric)
+        return gptq(weight, h, bits, group_size, symmetric, act_order=algorithm == ACT_ORDER)
 
     if m.experts:
         hessians, tokens = hessian if hessian is not None else (None, None)

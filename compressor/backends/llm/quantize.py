@@ -28,7 +28,8 @@ import torch
 
 from compressor.backends.llm.grid import gptq, gram, output_error, rtn
 from compressor.backends.llm.layer_inputs import final_norm, layer0_inputs, run_layer
-from compressor.backends.llm.matrices import Matrix, input_hessians, layer_matrices, quantize_matrix
+from compressor.backends.llm.matrices import (ACT_ORDER, Matrix, input_hessians, layer_matrices,
+                                             quantize_matrix)
 from compressor.backends.llm.model import LoadedLm, QuantizedLinear
 from compressor.core.memory import release_file_pages, trim_heap
 from compressor.decoders.storage import fitted_group
@@ -80,7 +81,7 @@ def quantize_candidates(loaded: LoadedLm, plan: WeightOnlyPlan, calibration: np.
     release = _releaser(loaded)
     made = {algorithm: Candidate() for algorithm in algorithms}
     with torch.no_grad(), progress(task, "quantize", len(layers) + 1) as advance:
-        if "gptq" in algorithms and calibration is not None:
+        if any(a.startswith("gptq") for a in algorithms) and calibration is not None:
             _calibrated_layers(model, layers, plan, calibration, made, kept, advance, release,
                                measure)
         else:
@@ -217,8 +218,8 @@ def _calibrated_layers(model: Any, layers: torch.nn.ModuleList, plan: WeightOnly
     hessian = sum(gram(norm(h)) for h in hidden)
     for algorithm, candidate in made.items():
         weight = kept.get(head_name) or (
-            gptq(head.weight, hessian, *grid) if algorithm == "gptq"
-            else rtn(head.weight, *grid, importance=torch.diag(hessian)))
+            rtn(head.weight, *grid, importance=torch.diag(hessian)) if algorithm == "rtn"
+            else gptq(head.weight, hessian, *grid, act_order=algorithm == ACT_ORDER))
         _add(candidate, head_name, weight, head.weight, hessian, measure and head_name not in kept)
     release(head.weight)
     embedding = model.get_input_embeddings().weight
