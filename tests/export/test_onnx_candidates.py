@@ -13,7 +13,7 @@ import pytest
 
 from compressor.core.record import RunRecord
 from compressor.export import onnx_blockwise
-from compressor.export.onnx_candidates import (BLOCKWISE, CANDIDATES, PLAIN, PLAIN_NAME,
+from compressor.export.onnx_candidates import (BLOCKWISE, CANDIDATES, PLAIN, PLAIN_NAME, TIE,
                                                eligible, fit, mean_cosine, pick, run_outputs,
                                                write_blockwise, write_dynamic)
 from compressor.export.onnx_quant import quantize_onnx_dynamic
@@ -66,8 +66,8 @@ def test_the_candidate_closest_to_float_on_held_out_batches_is_written(tmp_path)
     assert all(e["bytes"] > 0 and e["p50_ms"] > 0 for e in tried.values())
     assert tried[PLAIN_NAME]["eligible"] and tried[PLAIN_NAME]["p50_vs_plain"] == 1.0
     assert BLOCKWISE in tried
-    assert tried[note["winner"]]["score"] == max(e["score"] for e in tried.values()
-                                                 if e["eligible"])
+    assert tried[note["winner"]]["score"] >= max(e["score"] for e in tried.values()
+                                                 if e["eligible"]) - TIE
     # the file written is the winner: its score on the held-out batch (the 4th) is the same
     held_out = batches[3:]
     got = mean_cosine(run_outputs(tmp_path / "int8.onnx", held_out), run_outputs(source, held_out))
@@ -219,7 +219,8 @@ def test_compress_int8_records_its_candidates_and_beats_quantize_dynamic(cli, tm
     scores = {entry["name"]: entry["score"] for entry in note["tried"]}
     plain = next(e["score"] for e in note["tried"] if e["settings"] == vars(PLAIN))
     assert note["artifact"] == "onnx" and "held-out" in note["scored_on"]
-    assert scores[note["winner"]] == max(e["score"] for e in note["tried"] if e["eligible"])
+    best = max(e["score"] for e in note["tried"] if e["eligible"])
+    assert scores[note["winner"]] >= best - TIE   # within TIE the earlier listed wins
     [row] = report["artifacts"]
     assert row["metric_value"] >= plain - 0.002, (row["metric_value"], note)
     fp32_bytes = report["baseline"]["params"] * 4
