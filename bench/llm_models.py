@@ -110,52 +110,42 @@ def qwen(out: str, quick: bool = False) -> dict:
 
 
 def _train_early_stopped(model, tokenizer, train_text: str, check_text: str, steps: int) -> dict:
-    """AdamW (QWEN_RECIPE: warm-up, cosine decay, weight decay) on random windows of
-    `train_text`; every EVERY steps the loss on `check_text`'s windows, the best weights kept,
-    stopped after PATIENCE steps without a better one. `model` ends with the best weights."""
+    """examples.train_causal_lm with QWEN_RECIPE (warm-up, cosine decay, weight decay) on
+    random windows of `train_text`; every EVERY steps the loss on `check_text`'s windows, the
+    best weights kept, stopped after PATIENCE steps without a better one. `model` ends with
+    the best weights."""
     import copy
-    import math
 
     import torch
 
-    from compressor.backends.llm.examples import free_cpus
+    from compressor.backends.llm.examples import train_causal_lm
 
     r = QWEN_RECIPE
-    ids = torch.tensor(tokenizer(train_text, add_special_tokens=False)["input_ids"])
     check = torch.tensor(tokenizer(check_text, add_special_tokens=False)["input_ids"])
     n = len(check) // r["sequence"]
     check = check[:n * r["sequence"]].reshape(n, r["sequence"])
-    torch.set_num_threads(free_cpus())
-    optimizer = torch.optim.AdamW(model.parameters(), lr=r["lr"], weight_decay=r["weight_decay"],
-                                  betas=(0.9, 0.95))
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(
-        1.0, (step + 1) / r["warmup"]) * (0.1 + 0.45 * (1 + math.cos(math.pi * step / steps))))
-    generator = torch.Generator().manual_seed(1)
-    best, best_step, losses, step = math.inf, 0, {}, 0
-    state = copy.deepcopy(model.state_dict())
-    for step in range(1, steps + 1):
-        model.train()
-        starts = torch.randint(0, len(ids) - r["sequence"], (r["batch"],), generator=generator)
-        windows = torch.stack([ids[s:s + r["sequence"]] for s in starts])
-        loss = model(input_ids=windows, labels=windows).loss
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
+    found = {"best": float("inf"), "best_step": 0, "steps_run": 0, "losses": {},
+             "state": copy.deepcopy(model.state_dict())}
+
+    def checked(step: int, _loss: float) -> bool:
+        step += 1
+        found["steps_run"] = step
         if step % EVERY and step != steps:
-            continue
+            return False
         model.eval()
         with torch.no_grad():
             value = float(model(input_ids=check, labels=check).loss)
-        losses[step] = round(value, 4)
-        if value < best:
-            best, best_step, state = value, step, copy.deepcopy(model.state_dict())
-        elif step - best_step >= PATIENCE:
-            break
-    model.load_state_dict(state)
+        found["losses"][step] = round(value, 4)
+        if value < found["best"]:
+            found.update(best=value, best_step=step, state=copy.deepcopy(model.state_dict()))
+        return step - found["best_step"] >= PATIENCE
+
+    train_causal_lm(lambda: model, tokenizer, train_text, None, steps, seed=1, batch=r["batch"],
+                    sequence=r["sequence"], on_step=checked, lr=r["lr"],
+                    weight_decay=r["weight_decay"], warmup=r["warmup"])
+    model.load_state_dict(found["state"])
     model.eval()
-    return {"best_step": best_step, "steps_run": step, "losses": losses}
+    return {key: found[key] for key in ("best_step", "steps_run", "losses")}
 
 
 def real(out: str, quick: bool = False) -> dict:

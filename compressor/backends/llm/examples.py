@@ -61,11 +61,14 @@ def tiny_llama(tokenizer: Any, seed: int = 0, tie_word_embeddings: bool = True) 
 def train_causal_lm(build: Callable[[], Any], tokenizer: Any, text: str, bos: int | None,
                     steps: int = STEPS, seed: int = 0, batch: int = BATCH,
                     sequence: int = SEQUENCE,
-                    on_step: Callable[[int, float], None] | None = None) -> Any:
+                    on_step: Callable[[int, float], bool | None] | None = None,
+                    lr: float = LEARNING_RATE, weight_decay: float = 0.01,
+                    warmup: int = WARMUP) -> Any:
     """The model `build()` returns, trained with AdamW (warm-up, cosine decay) on random
     `sequence`-token windows of `text`, each starting with `bos` (when not None);
-    `on_step(step, loss)` after each step. Runs on the CPUs that are free (`free_cpus`);
-    torch's thread count is restored afterwards."""
+    `on_step(step, loss)` after each step, which stops the training by returning True (and
+    may evaluate the model: it is put back in training mode after). Runs on the CPUs that are
+    free (`free_cpus`); torch's thread count is restored afterwards."""
     import torch
 
     ids = torch.tensor(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
@@ -74,10 +77,10 @@ def train_causal_lm(build: Callable[[], Any], tokenizer: Any, text: str, bos: in
     torch.set_num_threads(free_cpus())
     try:
         model = build().train()
-        optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.01,
+        optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay,
                                       betas=(0.9, 0.95))
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(
-            1.0, (step + 1) / WARMUP) * (0.1 + 0.45 * (1 + math.cos(math.pi * step / steps))))
+            1.0, (step + 1) / warmup) * (0.1 + 0.45 * (1 + math.cos(math.pi * step / steps))))
         generator = torch.Generator().manual_seed(seed)
         for step in range(steps):
             starts = torch.randint(0, len(ids) - body, (batch,), generator=generator)
@@ -90,8 +93,9 @@ def train_causal_lm(build: Callable[[], Any], tokenizer: Any, text: str, bos: in
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             schedule.step()
-            if on_step is not None:
-                on_step(step, loss.item())
+            if on_step is not None and on_step(step, loss.item()):
+                break
+            model.train()
     finally:
         torch.set_num_threads(threads)
     return model.eval()
