@@ -109,3 +109,18 @@ def p50_ms(paths: Sequence[Path], feed: dict[str, np.ndarray], rounds: int = TIM
                 times.append(time.perf_counter() - started)
             medians[index].append(float(np.median(times)) * 1e3)
     return [round(min(m), 4) for m in medians]
+
+
+def write_blockwise(proto: Any, out_path: Path, nodes: Collection[str],
+                    excluded: Collection[str], block: int) -> None:
+    """`proto` with `nodes` as blockwise int8 MatMulNBits (onnx_blockwise.py), then every
+    weight and table still float as int8 behind DequantizeLinear, saved to `out_path`."""
+    import onnx
+
+    from compressor.export.onnx_weight_only import (WEIGHT_OPS, store_int8_tables,
+                                                    store_int8_weights)
+
+    proto = blockwise(proto, nodes, block)
+    store_int8_weights(proto, set(excluded), WEIGHT_OPS)
+    store_int8_tables(proto, set(excluded))
+    onnx.save(proto, str(out_path))

@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 
 from compressor.errors import first_line
+from compressor.export.onnx_blockwise import write_blockwise
+from compressor.export.onnx_fidelity import mean_cosine, run_outputs
 
 # onnxruntime's dynamic quantizer's ops but Gather: it would store a table as uint8 with one
 # scale (write_dynamic stores tables as int8 rows instead).
@@ -294,46 +296,3 @@ def pick(tried: Sequence[dict[str, Any]]) -> str:
     pool = [e for e in tried if e.get("eligible", True)] or list(tried)
     best = max(entry["score"] for entry in pool)
     return next(entry["name"] for entry in pool if entry["score"] >= best - TIE)
-
-
-def write_blockwise(proto: Any, out_path: Path, nodes: Collection[str],
-                    excluded: Collection[str], block: int) -> None:
-    """`proto` with `nodes` as blockwise int8 MatMulNBits (onnx_blockwise.py), then every
-    weight and table still float as int8 behind DequantizeLinear, saved to `out_path`."""
-    import onnx
-
-    from compressor.export.onnx_blockwise import blockwise
-    from compressor.export.onnx_weight_only import (WEIGHT_OPS, store_int8_tables,
-                                                    store_int8_weights)
-
-    proto = blockwise(proto, nodes, block)
-    store_int8_weights(proto, set(excluded), WEIGHT_OPS)
-    store_int8_tables(proto, set(excluded))
-    onnx.save(proto, str(out_path))
-
-
-def run_outputs(path: Path, batches: Sequence[dict[str, np.ndarray]]) -> list[list[np.ndarray]]:
-    """Every output of `path` on each batch, in onnxruntime."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    names = [value.name for value in session.get_inputs()]
-    return [session.run(None, {name: batch[name] for name in names}) for batch in batches]
-
-
-def mean_cosine(got: list[list[np.ndarray]], want: list[list[np.ndarray]]) -> float:
-    """Per-row cosine (each row flattened) of every float output, averaged over rows, then
-    over outputs."""
-    per_output: dict[int, list[np.ndarray]] = {}
-    for got_batch, want_batch in zip(got, want):
-        for index, (a, b) in enumerate(zip(got_batch, want_batch)):
-            if not np.issubdtype(np.asarray(b).dtype, np.floating):
-                continue
-            a = np.asarray(a, np.float64).reshape(len(a), -1)
-            b = np.asarray(b, np.float64).reshape(len(b), -1)
-            norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
-            cos = np.where(norms > 0, np.sum(a * b, axis=1) / np.maximum(norms, 1e-30), 1.0)
-            per_output.setdefault(index, []).append(cos)
-    return float(np.mean([np.concatenate(rows).mean() for rows in per_output.values()]))

@@ -13,9 +13,10 @@ import pytest
 
 from compressor.core.record import RunRecord
 from compressor.export import onnx_blockwise
+from compressor.export.onnx_blockwise import write_blockwise
 from compressor.export.onnx_candidates import (BLOCKWISE, CANDIDATES, PLAIN, PLAIN_NAME, TIE,
-                                               eligible, fit, mean_cosine, pick, run_outputs,
-                                               write_blockwise, write_dynamic)
+                                               eligible, fit, pick, write_dynamic)
+from compressor.export.onnx_fidelity import mean_cosine, run_outputs
 from compressor.export.onnx_quant import quantize_onnx_dynamic
 
 onnx = pytest.importorskip("onnx")
