@@ -170,7 +170,10 @@ def test_dynamic_int8_encoder_counts_the_same_in_both_formats(int8_encoder, tmp_
     assert set(rows) == {"onnx", "tflite"}
     onnx_path = int8_encoder.artifacts["onnx"]
     ops = inspect_artifact(onnx_path).ops
-    assert ops.get("MatMulInteger") and ops.get("DynamicQuantizeLinear"), ops
+    # dynamic int8 (MatMulInteger) or blockwise int8 (MatMulNBits), whichever the candidate
+    # search measured closer to float (export/onnx_candidates.py): both counted by the table
+    kernels = {op for op in ("MatMulInteger", "MatMulNBits") if ops.get(op)}
+    assert kernels and ops.get("DynamicQuantizeLinear", 0) >= ("MatMulInteger" in kernels), ops
     for row in rows.values():
         assert abs(row["macs"] - expected) <= 0.01 * expected, (row["format"], row["macs"], expected)
     # the same file as onnxruntime saves it optimized: MatMulIntegerToFloat,
@@ -180,5 +183,7 @@ def test_dynamic_int8_encoder_counts_the_same_in_both_formats(int8_encoder, tmp_
     options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
     ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
     optimized = inspect_onnx(tmp_path / "optimized.onnx", {"input_ids": (16,), "attention_mask": (16,)})
-    assert "MatMulInteger" not in optimized.ops and optimized.ops.get("MatMulIntegerToFloat"), optimized.ops
+    if "MatMulInteger" in kernels:
+        assert "MatMulInteger" not in optimized.ops and optimized.ops.get("MatMulIntegerToFloat"), \
+            optimized.ops
     assert abs(optimized.macs - expected) <= 0.01 * expected, (optimized.macs, expected)
