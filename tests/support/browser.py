@@ -13,6 +13,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,7 +72,15 @@ class Chromium:
         self._proc.kill()
         self._proc.wait(timeout=30)
         os.close(self._in)
-        self._profile.cleanup()
+        # its helper processes can still write the profile for a moment after the browser
+        # process is gone ("Directory not empty: 'Default'"): retry, then leave what is left
+        # to the test's own tmp folder
+        for _ in range(20):
+            try:
+                self._profile.cleanup()
+                return
+            except OSError:
+                time.sleep(0.25)
 
     def load(self, url: str, width: int, height: int, mobile: bool = False) -> BrowserRun:
         """`url` in a new tab of width x height CSS pixels: its screenshot, console errors,
