@@ -33,8 +33,9 @@ STEPS, BATCH, LR, WARMUP, MASKED, TEMPERATURE = 500, 32, 5e-4, 100, 0.15, 0.05
 OUTLIER_CHANNELS, OUTLIER_GAIN = (7, 77), 10.0
 
 
-def token_stream() -> np.ndarray:
-    """The standard library's docstrings as one stream of word ids, [SEP] between them."""
+def stdlib_docstrings() -> list[str]:
+    """Every module / class / function docstring of the standard library (tests, idlelib and
+    site-packages left out), in file order: the bench's text that needs no download."""
     root = Path(sysconfig.get_paths()["stdlib"])
     docs = []
     for path in sorted(root.rglob("*.py")):
@@ -44,8 +45,15 @@ def token_stream() -> np.ndarray:
             tree = ast.parse(path.read_text(encoding="utf-8"))
         except (SyntaxError, UnicodeDecodeError, ValueError):
             continue   # a file this Python cannot parse is simply not part of the corpus
-        docs += [ast.get_docstring(node) for node in ast.walk(tree) if isinstance(
-            node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))]
+        docs += [doc for node in ast.walk(tree) if isinstance(
+            node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            if (doc := ast.get_docstring(node))]
+    return docs
+
+
+def token_stream() -> np.ndarray:
+    """The standard library's docstrings as one stream of word ids, [SEP] between them."""
+    docs = stdlib_docstrings()
     words = [re.findall(r"[a-z]+|[0-9]+|[^\sa-z0-9]", doc.lower()) for doc in docs if doc]
     counts = collections.Counter(word for doc in words for word in doc)
     index = {word: i + 5 for i, (word, _) in enumerate(counts.most_common(VOCAB - 5))}

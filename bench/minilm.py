@@ -12,10 +12,8 @@ tokenized by the model's own tokenizer to SEQ tokens.
 """
 from __future__ import annotations
 
-import ast
 import re
 import sys
-import sysconfig
 from pathlib import Path
 
 import numpy as np
@@ -61,21 +59,10 @@ def encoder():
 
 def sentences() -> list[str]:
     """The standard library's docstrings, one sentence each (at least 5 words)."""
-    root = Path(sysconfig.get_paths()["stdlib"])
-    found = []
-    for path in sorted(root.rglob("*.py")):
-        if {"test", "tests", "idlelib", "site-packages"} & set(path.parts):
-            continue
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-        except (SyntaxError, UnicodeDecodeError, ValueError):
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-                doc = ast.get_docstring(node)
-                found += [s for s in re.split(r"(?<=[.!?])\s+", " ".join((doc or "").split()))
-                          if len(s.split()) >= 5]
-    return found
+    from bench.encoder_train import stdlib_docstrings
+
+    return [s for doc in stdlib_docstrings()
+            for s in re.split(r"(?<=[.!?])\s+", " ".join(doc.split())) if len(s.split()) >= 5]
 
 
 def token_inputs(rows: int, skip: int = 0) -> dict[str, np.ndarray]:
