@@ -107,7 +107,8 @@ def _mixes(algorithm: str, candidate: Any, budget: float, floats: dict[str, torc
             picks.append({u.name for u in picked})
             variants.append(Variant(
                 f"{algorithm}+int8_by_{order}", algorithm,
-                lambda picked=picked: mixed.with_int8(candidate.weights, picked, floats),
+                lambda picked=picked: mixed.with_int8(
+                    candidate.weights, [p for unit in picked for p in unit.params], floats),
                 [unit.name for unit in picked]))
     return variants
 

@@ -101,20 +101,19 @@ def chosen(candidates: Iterable[Unit], spare_bytes: float, order: str,
     return taken
 
 
-def with_int8(weights: dict[str, QuantizedLinear], picked: list[Unit], floats: dict[str, Any]
+def with_int8(weights: dict[str, QuantizedLinear], names: Iterable[str], floats: dict[str, Any]
               ) -> dict[str, QuantizedLinear]:
-    """`weights` with every matrix of `picked` at int8 (`floats`: parameter name -> the float
+    """`weights` with the matrices `names` at int8 (`floats`: parameter name -> the float
     weight [N, K], the model's own)."""
     from compressor.backends.llm.grid import int8_rows
 
     upgraded = dict(weights)
-    for unit in picked:
-        for name in unit.params:
-            weight = floats[name]
-            made = int8_rows(weight, fitted_group(INT8_GROUP, [weight.shape[1]]))
-            upgraded[name] = QuantizedLinear.from_packed(
-                made.packed, made.scales, made.zeros, 8, made.group_size,
-                transposed=weights[name].transposed)
+    for name in names:
+        weight = floats[name]
+        made = int8_rows(weight, fitted_group(INT8_GROUP, [weight.shape[1]]))
+        upgraded[name] = QuantizedLinear.from_packed(
+            made.packed, made.scales, made.zeros, 8, made.group_size,
+            transposed=weights[name].transposed)
     return upgraded
 
 
@@ -130,6 +129,5 @@ def int8_rows_for(weights: dict[str, QuantizedLinear], floats: dict[str, Any]
                   ) -> dict[str, QuantizedLinear]:
     """An int8 model's integers put on one symmetric scale per row (stacks of experts kept):
     the grid a .tflite stores exactly, where per-group zero points are rounded again."""
-    picked = [Unit(name, (name,), 0.0, 0) for name, w in weights.items()
-              if w.experts is None and int8_bytes(*w.shape) is not None]
-    return with_int8(weights, picked, floats)
+    return with_int8(weights, [name for name, w in weights.items()
+                               if w.experts is None and int8_bytes(*w.shape) is not None], floats)
