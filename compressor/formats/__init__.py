@@ -13,11 +13,13 @@ may read it.
 from __future__ import annotations
 
 from compressor.formats.registry import (FORMAT_NAMES, FORMAT_RUNTIMES, Format, artifact_format,
-                                         artifact_suffixes, default_formats, format_named,
+                                         artifact_only_suffixes, artifact_suffixes,
+                                         default_formats, format_named,
                                          format_names, format_of, register_format,
                                          registered_formats, resolve, unregister_format)
-from compressor.formats import builtin  # noqa: F401  (registers tflite and onnx)
+from compressor.formats import builtin  # noqa: F401  (registers tflite, onnx and gguf)
 
-__all__ = ["FORMAT_NAMES", "FORMAT_RUNTIMES", "Format", "artifact_format", "artifact_suffixes",
+__all__ = ["FORMAT_NAMES", "FORMAT_RUNTIMES", "Format", "artifact_format",
+           "artifact_only_suffixes", "artifact_suffixes",
            "default_formats", "format_named", "format_names", "format_of", "register_format",
            "registered_formats", "resolve", "unregister_format"]

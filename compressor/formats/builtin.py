@@ -1,5 +1,6 @@
 """The built-in artifact formats, in the house order: TFLite (LiteRT), then ONNX (onnxruntime;
-a language model's ONNX artifact is an onnxruntime-genai folder)."""
+a language model's ONNX artifact is an onnxruntime-genai folder), then GGUF (llama.cpp;
+language models only, written when a recipe or --format names it)."""
 from __future__ import annotations
 
 from compressor.formats.registry import Format, register_format
@@ -25,3 +26,12 @@ register_format(Format(
     inspect_folder="compressor.runtimes.genai_inspect:inspect_genai",
     open_lm="compressor.runtimes.genai:GenaiLm",
     lm_hint="the model-onnx folder (genai_config.json, model.onnx, tokenizer files)"))
+
+register_format(Format(
+    name="gguf", runtime="llama.cpp", packages=("xllamacpp",), model_input=True,
+    open="compressor.runtimes.llamacpp:refuse_array",
+    inspect="compressor.runtimes.gguf_inspect:inspect_gguf",
+    open_lm="compressor.runtimes.llamacpp:LlamaCppLm",
+    lm_hint="a .gguf language model",
+    # Q4_0 / Q8_0 hold symmetric integers per block of 32 (float16 scales): others rounded again
+    lm_weights="compressor.backends.llm.gguf_pack:as_computed"))

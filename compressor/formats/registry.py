@@ -33,6 +33,8 @@ class Format:
     packages: tuple[str, ...] = ()   # pip packages of its runtime; the first installed one
     #                                  names the runtime in reports ("onnxruntime 1.32.0")
     default_export: bool = False   # in a recipe's `export` when the recipe names none
+    model_input: bool = False    # its files are also models compress reads (a .gguf): `plan`
+    #                              plans them as models, not as finished artifacts
 
     def __post_init__(self) -> None:
         if not self.suffix:
@@ -76,6 +78,11 @@ def format_named(name: str) -> Format:
 
 def artifact_suffixes() -> tuple[str, ...]:
     return tuple(f.suffix for f in _FORMATS)
+
+
+def artifact_only_suffixes() -> tuple[str, ...]:
+    """The suffixes of artifacts that are never a model to compress (not a .gguf)."""
+    return tuple(f.suffix for f in _FORMATS if not f.model_input)
 
 
 def artifact_format(path: Path) -> Format | None:

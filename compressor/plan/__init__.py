@@ -14,7 +14,7 @@ from typing import Any
 
 from compressor.config.recipe import Recipe
 from compressor.decoders.counting import counter, set_counter
-from compressor.formats import artifact_suffixes
+from compressor.formats import artifact_only_suffixes
 from compressor.decoders.footprint_tflite import tokenizer_bytes
 from compressor.decoders.headers import ModelDescription, describe
 from compressor.decoders.shapes import (ModelShape, active_param_count, from_hf_config,
@@ -106,7 +106,7 @@ def plan(model: str | Path | dict, target: str | None = DEFAULT_TARGET, context:
     .yaml paths or Recipes [default: fp16, int8, int4, int4_g128]. target "all" plans every
     built-in profile (under "targets", one object per device with target / device / plans /
     recommended)."""
-    if isinstance(model, (str, Path)) and str(model).endswith(artifact_suffixes()):
+    if isinstance(model, (str, Path)) and str(model).endswith(artifact_only_suffixes()):
         from compressor.plan.artifact import artifact_plan
 
         _check(context or 1, batch, devices, None)

@@ -59,6 +59,8 @@ class ArtifactInfo:
     macs: int = 0                        # multiply-accumulates of one sample in conv / dense / matmul ops
     fixed_batch: int | None = None       # the batch size every call must have; None: dynamic
     weights: tuple[WeightTensor, ...] = field(default=(), repr=False)
+    storage: dict[str, dict] = field(default_factory=dict)   # GGUF: tensor type -> {tensors,
+    #                                    bytes, bits_per_weight}; {} for formats without types
 
 
 class Runtime(Protocol):

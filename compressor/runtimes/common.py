@@ -30,7 +30,7 @@ from compressor.runtimes.macs import Op
 # budget check errs towards "does not fit". Importing the runtime itself (LiteRT ~17 MiB,
 # onnxruntime ~24 MiB) is not counted: it is paid once per process whatever the model, and the
 # device profiles reserve memory for the runtime's libraries outside `model_share`.
-RUNTIME_OVERHEAD_BYTES = {"tflite": 4 * 2**20, "onnx": 11 * 2**20}
+RUNTIME_OVERHEAD_BYTES = {"tflite": 4 * 2**20, "onnx": 11 * 2**20, "gguf": 8 * 2**20}
 
 
 class _ByteCounter:

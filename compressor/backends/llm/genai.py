@@ -20,6 +20,7 @@ from compressor.backends.llm.genai_builder import run_builder
 from compressor.backends.llm.genai_checks import onnx_route_refusal
 from compressor.backends.llm.gptq_format import (builder_config, save_tokenizer_and_generation,
                                                   write_gptq_folder)
+from compressor.backends.llm.model import run_context
 from compressor.errors import BackendUnavailableError
 from compressor.core.memory import trim_heap
 
@@ -28,7 +29,6 @@ FOLDER = "model-onnx"
 # integers go in at -p int4 whatever their bits (at -p int8 a tied embedding would be a float
 # copy); float16 is built at fp32 (genai_fp16.py).
 PRECISIONS = {32: "fp32", 16: "fp32", 8: "int4", 4: "int4"}
-DEFAULT_CONTEXT_CAP = 4096
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
@@ -108,12 +108,6 @@ def _extra_options(config: Any) -> tuple[str, ...]:
     the window."""
     return ("windowed_kv_cache=false",) if getattr(config, "sliding_window", None) else ()
 
-
-def run_context(ctx: Any, config: Any) -> int:
-    """The KV-cache length: the run's `context`, else min(max_position_embeddings, 4096)."""
-    limit = int(getattr(config, "max_position_embeddings", DEFAULT_CONTEXT_CAP))
-    wanted = getattr(ctx, "context", None)
-    return min(int(wanted), limit) if wanted else min(limit, DEFAULT_CONTEXT_CAP)
 
 
 def set_context(folder: Path, context: int) -> None:

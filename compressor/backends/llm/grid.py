@@ -111,10 +111,12 @@ def int8_rows(weight: torch.Tensor, group_size: int) -> QuantizedLinear:
     """Symmetric int8 with one scale per output row (absmax / 127), stored as `group_size`
     blocks that repeat it: an int4 recipe's matrices kept at 8 bits (mixed.py). Both runtimes
     hold it exactly: MatMulNBits takes any block scales, LiteRT's int8 kernels one scale per
-    row (litert_grid.on_litert_grid sees the repeated scales)."""
+    row (litert_grid.on_litert_grid sees the repeated scales), and so do llama.cpp's Q8_0 blocks
+    once the scale is float16-exact (gguf_pack.py), which it is made here (a float16 rounding
+    before the integers are chosen for it)."""
     w = weight.detach().to(torch.float32)
     n, k = w.shape
-    scale = (w.abs().amax(dim=1) / 127).clamp(min=1e-8)
+    scale = (w.abs().amax(dim=1) / 127).clamp(min=2.0 ** -14).to(torch.float16).to(torch.float32)
     codes = torch.clamp(torch.round(w / scale[:, None]) + 128, 1, 255).to(torch.uint8)
     scales = scale[:, None].expand(n, k // group_size).contiguous()
     zeros = torch.full((n, k // group_size), 128, dtype=torch.uint8)

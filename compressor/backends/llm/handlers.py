@@ -120,6 +120,16 @@ EXPORTS = {
          "bfloat16 scales), the rest rounded again (notes.tflite_weights); activations int8 per "
          "token at run time"),
     ),
+    "gguf": (
+        (Float32, "gguf_write", "write_gguf_model", "compressor's GGUF writer, F32 (llama.cpp)"),
+        (Float16, "gguf_write", "write_gguf_model", "compressor's GGUF writer, F16 (BF16 for a "
+         "bfloat16 checkpoint); norms F32"),
+        (Int8WeightOnly, "gguf_write", "write_gguf_model", "compressor's GGUF writer: Q8_0 "
+         "blocks of compressor's int8 integers (symmetric ones kept, others rounded again by "
+         "llama.cpp's quantizer, notes.gguf_weights)"),
+        (Int4WeightOnly, "gguf_write", "write_gguf_model", "compressor's GGUF writer: Q4_0 "
+         "blocks of compressor's int4 integers (no second rounding), its int8 matrices as Q8_0"),
+    ),
 }
 
 

@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from compressor.backends.llm.model import run_context
 from compressor.errors import BackendUnavailableError
 
 PREFILL_MAX = 512               # prefill signature length: min(this, context)
-DEFAULT_CONTEXT_CAP = 4096
 BITS = (32, 16, 8, 4)            # the widths a scheme's storage may give (decoders/storage.py)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 LAST_RUN: dict[str, Any] = {}   # the last conversion's seconds / peak RSS (tests, bench)
@@ -62,12 +62,6 @@ def write_litert_model(state: Any, scheme: Any, path: Path, ctx: Any) -> Path:
     shutil.rmtree(work, ignore_errors=True)
     return Path(path)
 
-
-def run_context(ctx: Any, config: Any) -> int:
-    """The KV-cache length: the run's `context`, else min(max_position_embeddings, 4096)."""
-    limit = int(getattr(config, "max_position_embeddings", None) or DEFAULT_CONTEXT_CAP)
-    wanted = getattr(ctx, "context", None)
-    return min(int(wanted), limit) if wanted else min(limit, DEFAULT_CONTEXT_CAP)
 
 
 def check_family(config: Any) -> None:

@@ -171,3 +171,14 @@ class LoadedLm:
         for name, weight in self.quantized.items():
             state[name] = weight.parameter().to(state[name].dtype)
         return state
+
+
+DEFAULT_CONTEXT_CAP = 4096   # the KV cache an artifact is sized to when the run names none
+
+
+def run_context(ctx: Any, config: Any) -> int:
+    """The KV-cache length every route sizes its artifact to: the run's `context`, else
+    min(max_position_embeddings, DEFAULT_CONTEXT_CAP)."""
+    limit = int(getattr(config, "max_position_embeddings", None) or DEFAULT_CONTEXT_CAP)
+    wanted = getattr(ctx, "context", None)
+    return min(int(wanted), limit) if wanted else min(limit, DEFAULT_CONTEXT_CAP)
