@@ -10,12 +10,14 @@ Every candidate stores its embedding tables and leftover weights as int8 alike, 
 have the size of an int8 file. Without calibration data: DEFAULT without smoothing, no search.
 
 Blockwise int8 (onnxruntime's MatMulNBits, 8-bit, activations quantized per block of K:
-onnx_blockwise.py) competes too, for every weight MatMul and, when that is slower than
+onnx_blockwise.py) competes too, for every weight MatMul and, when that costs over
 LATENCY_BOUND x the plain dynamic file, mixed into the best dynamic setting on the matmuls
-where it gains most per multiply (ranked by measuring each alone). Every candidate is timed
-(batch 1, one thread); one slower than LATENCY_BOUND or larger than SIZE_BOUND x the plain
-dynamic file cannot win, so "int8" stays a fast file: all-MiniLM-L6-v2 blockwise reaches
-0.9991 but runs 2.3x the plain dynamic file's time on an AVX-512 VNNI CPU.
+where it gains most per multiply (each scored alone). A candidate costing over LATENCY_BOUND
+or larger than SIZE_BOUND x the plain dynamic file cannot win, so "int8" stays a fast file:
+all-MiniLM-L6-v2 blockwise reaches 0.9991 but runs 2.1-2.8x the plain dynamic file's time on
+an AVX-512 VNNI CPU. Its cost is modelled from the graph (onnx_cost.py), never timed, so the
+same model and seed give the same file: every candidate is still timed (batch 1, one
+thread) and its p50 recorded, but timings decide nothing.
 """
 from __future__ import annotations
 
@@ -61,14 +63,12 @@ CANDIDATES = {
 }
 PLAIN_NAME = "onnxruntime_defaults"
 BLOCKWISE = "blockwise_int8"   # every weight MatMul as MatMulNBits (onnx_blockwise.py)
-LATENCY_BOUND = 1.25   # batch-1 p50 / the plain dynamic file's: slower candidates cannot win
+LATENCY_BOUND = 1.25   # modelled cost / the plain file's (onnx_cost.py): costlier cannot win
 SIZE_BOUND = 1.05      # bytes / the plain dynamic file's: larger candidates cannot win
-MIXED_BUDGET = 1.2     # the mixed candidate's estimated p50 / the plain dynamic file's
+MIXED_BUDGET = 1.2     # the mixed candidate's modelled cost / the plain dynamic file's
 MAX_RANKED = 96        # weight MatMuls the mixed candidate ranks at most (a quantization each)
 # onnxruntime's quantizers raise these on graphs they cannot handle (onnx_prepare.quantizing)
 QUANTIZER_ERRORS = (RuntimeError, ValueError, KeyError, TypeError, AssertionError, IndexError)
-MIXED_TRIES = 3        # mixed files built at most (each fit redone with costs rescaled)
-FILLED = 0.5           # a mixed file within the bound using this much of the budget is kept
 
 
 def not_searched() -> tuple[str, DynamicSettings]:
@@ -114,13 +114,15 @@ def choose_dynamic(prepared: Path, out_path: Path, excluded: Collection[str],
     "candidates" entry). `feeds`: calibration batches in the model's input dtypes.
 
     Candidates: CANDIDATES (dynamic int8); blockwise int8 (MatMulNBits, onnx_blockwise.py) for
-    every weight MatMul; and, when that is slower than LATENCY_BOUND, dynamic int8 with
-    blockwise int8 for the matmuls where it gains most per multiply (`mixed`). Each is scored
-    (mean cosine vs float32 on held-out batches), sized and timed (batch 1, one thread,
-    round-robin with the plain dynamic file); the closest to float wins among those at most
-    LATENCY_BOUND x the plain dynamic file's p50 and SIZE_BOUND x its bytes."""
+    every weight MatMul; and, when that costs over LATENCY_BOUND, dynamic int8 with blockwise
+    int8 for the matmuls where it gains most per multiply (`mixed`). Each is scored (mean
+    cosine vs float32 on held-out batches), sized and costed (onnx_cost.py: from the graph);
+    the closest to float wins among those at most LATENCY_BOUND x the plain dynamic file's
+    modelled cost and SIZE_BOUND x its bytes. Each is timed too (batch 1, one thread,
+    round-robin with the plain dynamic file), for the report only."""
     import shutil
 
+    from compressor.export import onnx_cost
     from compressor.export.onnx_smooth import smoothed
 
     calibrate, score, held_out = split(feeds)
@@ -142,15 +144,17 @@ def choose_dynamic(prepared: Path, out_path: Path, excluded: Collection[str],
         "calibration batches (too few to hold any out: the same ones smoothing measured)"
     return {"artifact": "onnx", "scored_on": f"{len(score)} {where} ({rows} rows), mean "
             "cosine vs float32 in onnxruntime", "timed_on": "batch 1, onnxruntime CPU, 1 "
-            "thread, round-robin with the plain dynamic file (p50_vs_plain)",
+            "thread, round-robin with the plain dynamic file (p50_vs_plain; recorded, not "
+            "used by the rule)", "cost_model": onnx_cost.describe(),
             "rule": f"closest to float among candidates at most {LATENCY_BOUND}x the plain "
-            f"dynamic file's p50 and {SIZE_BOUND}x its bytes", "tried": search.tried,
-            "winner": winner, **notes}
+            f"dynamic file's modelled cost (cost_vs_plain) and {SIZE_BOUND}x its bytes",
+            "tried": search.tried, "winner": winner, **notes}
 
 
 class Search:
-    """The candidates tried so far ({name, settings, bytes, score, p50_ms, p50_vs_plain}) and
-    their files; scores against the float graph on the held-out batches."""
+    """The candidates tried so far ({name, settings, bytes, score, cost_vs_plain, p50_ms,
+    p50_vs_plain}), their files and matmul costs; scores against the float graph on the
+    held-out batches."""
 
     def __init__(self, prepared: Path, excluded: Collection[str], workdir: Path,
                  score: Sequence[dict[str, np.ndarray]]) -> None:
@@ -160,14 +164,24 @@ class Search:
         self.feed = {name: array[:1] for name, array in self.score_batches[0].items()}
         self.tried: list[dict[str, Any]] = []
         self.files: dict[str, Path] = {}
+        self.costs: dict[str, float] = {}   # onnx_cost.matmul_cost of each file
 
     def score(self, path: Path) -> float:
         return round(mean_cosine(run_outputs(path, self.score_batches), self.reference), 6)
 
     def add(self, name: str, path: Path, settings: dict[str, Any]) -> dict[str, Any]:
+        """The candidate's entry, its cost_vs_plain too once the plain file is in (then the
+        earlier entries get theirs)."""
+        from compressor.export import onnx_cost
+
         self.files[name] = path
+        self.costs[name] = onnx_cost.matmul_cost(path)
         self.tried.append({"name": name, "settings": settings, "bytes": path.stat().st_size,
                            "score": self.score(path)})
+        if PLAIN_NAME in self.costs:
+            for entry in self.tried:
+                entry.setdefault("cost_vs_plain", onnx_cost.vs_plain(
+                    self.costs[entry["name"]], self.costs[PLAIN_NAME]))
         return self.tried[-1]
 
     def time(self, names: Sequence[str]) -> None:
@@ -182,8 +196,14 @@ class Search:
                 entry["p50_vs_plain"] = round(timed[entry["name"]] / timed[PLAIN_NAME], 3)
 
     def blockwise(self, smoothed_file: Path) -> dict[str, Any]:
-        """Adds the blockwise candidates and times every candidate; returns notes for
-        report.json (why a candidate was not built; the mixed candidate's ranking)."""
+        """Adds the blockwise candidates, then times every candidate (for the report); returns
+        notes for report.json (why a candidate was not built; the mixed candidate's ranking)."""
+        notes = self.add_blockwise(smoothed_file)
+        self.time([entry["name"] for entry in self.tried])
+        return notes
+
+    def add_blockwise(self, smoothed_file: Path) -> dict[str, Any]:
+        """The blockwise candidate, and the mixed one when that costs over LATENCY_BOUND."""
         import onnx
 
         from compressor.export import onnx_blockwise
@@ -202,30 +222,27 @@ class Search:
                                            "accuracy_level": onnx_blockwise.ACCURACY_LEVEL})
             except QUANTIZER_ERRORS as exc:   # the dynamic candidates stand without it
                 why = f"onnxruntime's MatMulNBits quantizer or kernel failed: {first_line(exc)}"
-        self.time([entry["name"] for entry in self.tried])
         if why is not None:
             return {"blockwise": f"not tried: {why}"}
-        whole = self.tried[-1]
-        if whole["p50_vs_plain"] <= LATENCY_BOUND:
+        if self.tried[-1]["cost_vs_plain"] <= LATENCY_BOUND:
             return {}   # fast enough whole: nothing left for a mix to win
         if len(matmuls) > MAX_RANKED:
             return {"mixed": f"not tried: {len(matmuls)} weight MatMuls to rank (at most "
                              f"{MAX_RANKED}: one quantization each)"}
         try:
-            return self.mixed(matmuls, block, smoothed_file, whole)
+            return self.mixed(matmuls, block, smoothed_file)
         except QUANTIZER_ERRORS as exc:
             return {"mixed": f"not tried: {first_line(exc)}"}
 
-    def mixed(self, matmuls: dict[str, tuple[int, int]], block: int, smoothed_file: Path,
-              whole: dict[str, Any]) -> dict[str, Any]:
+    def mixed(self, matmuls: dict[str, tuple[int, int]], block: int,
+              smoothed_file: Path) -> dict[str, Any]:
         """The closest-to-float dynamic candidate with blockwise int8 on the matmuls where it
-        gains most per multiply: each matmul measured alone blockwise (its gain in score), its
-        cost estimated as its share of the multiplies times what `whole` (every matmul
-        blockwise) costs over the dynamic file (timing one matmul alone drowns in noise), as
-        many as fit MIXED_BUDGET x the plain file's p50; when the mixed file measures over
-        LATENCY_BOUND, or under FILLED of the budget, the costs are scaled by how far off
-        they were and the fit redone (MIXED_TRIES files at most, each one a candidate)."""
+        gains most per cost: each matmul measured alone blockwise (its gain in score), its
+        cost what MatMulNBits adds over MatMulInteger in the cost model (onnx_cost.py), as
+        many as fit MIXED_BUDGET x the plain file's modelled cost; one file, a candidate."""
         import onnx
+
+        from compressor.export import onnx_cost
 
         dynamic = [entry for entry in self.tried if entry["name"] in CANDIDATES]
         base_name = pick(dynamic)
@@ -240,39 +257,22 @@ class Search:
 
         gains = {node: round(self.score(build([node], self.workdir / "rank.onnx")) -
                              base["score"], 6) for node in matmuls}
-        multiplies = {node: k * n for node, (k, n) in matmuls.items()}
-        extra = max(whole["p50_vs_plain"] - base["p50_vs_plain"], 0.0)
-        costs = {node: round(extra * count / sum(multiplies.values()), 5)
-                 for node, count in multiplies.items()}
+        costs = onnx_cost.blockwise_costs(matmuls, self.costs[PLAIN_NAME])
         ranking = {"mixed_ranking": {"base": base_name, "gain_if_blockwise": gains,
                                      "cost_vs_plain": costs, "budget_vs_plain": MIXED_BUDGET}}
-        budget, seen = MIXED_BUDGET - base["p50_vs_plain"], []
-        for attempt in range(MIXED_TRIES):
-            chosen = fit(gains, costs, budget)
-            if not chosen or chosen in seen:
-                break
-            seen.append(chosen)
-            name = f"{base_name}+blockwise_{len(chosen)}of{len(matmuls)}"
-            name += f"_{attempt + 1}" if name in self.files else ""
-            entry = self.add(name, build(chosen, self.workdir / f"candidate-mixed{attempt}.onnx"),
-                             {**asdict(settings), "blockwise": sorted(chosen), "block": block,
-                              "bits": 8, "accuracy_level": 4})
-            self.time([name])
-            spent = entry["p50_vs_plain"] - base["p50_vs_plain"]
-            if entry["p50_vs_plain"] <= LATENCY_BOUND and spent >= FILLED * budget:
-                break   # within the bound, and most of the budget used
-            estimated = sum(costs[node] for node in chosen)
-            if estimated <= 0 or spent <= 0:
-                break
-            costs = {node: cost * spent / estimated for node, cost in costs.items()}
-        if not seen:
+        chosen = fit(gains, costs, MIXED_BUDGET - base["cost_vs_plain"])
+        if not chosen:
             return {**ranking, "mixed": "not tried: no matmul gains within the budget"}
+        self.add(f"{base_name}+blockwise_{len(chosen)}of{len(matmuls)}",
+                 build(chosen, self.workdir / "candidate-mixed.onnx"),
+                 {**asdict(settings), "blockwise": sorted(chosen), "block": block, "bits": 8,
+                  "accuracy_level": 4})
         return ranking
 
 
 def fit(gains: dict[str, float], costs: dict[str, float], budget: float) -> list[str]:
-    """The nodes with a positive gain, best gain per cost first, while the sum of their costs
-    (in units of the plain file's p50) stays within budget."""
+    """The nodes with a positive gain, best gain per cost first (ties: listed order), while
+    the sum of their costs (in units of the plain file's modelled cost) stays within budget."""
     chosen, spent = [], 0.0
     for node in sorted((n for n in gains if gains[n] > 0),
                        key=lambda n: -gains[n] / max(costs[n], 1e-9)):
@@ -283,10 +283,10 @@ def fit(gains: dict[str, float], costs: dict[str, float], budget: float) -> list
 
 
 def eligible(entry: dict[str, Any], tried: Sequence[dict[str, Any]]) -> bool:
-    """At most LATENCY_BOUND x the plain dynamic file's p50 (timed in the same round) and
-    SIZE_BOUND x its bytes; untimed entries count as fast enough."""
+    """At most LATENCY_BOUND x the plain dynamic file's modelled cost (cost_vs_plain, from the
+    graph: never a timing) and SIZE_BOUND x its bytes; uncosted entries count as cheap enough."""
     plain = next(e for e in tried if e["name"] == PLAIN_NAME)
-    return entry.get("p50_vs_plain", 1.0) <= LATENCY_BOUND and \
+    return entry.get("cost_vs_plain", 1.0) <= LATENCY_BOUND and \
         entry["bytes"] <= SIZE_BOUND * plain["bytes"]
 
 

@@ -1,8 +1,9 @@
 """Dynamic int8's settings chosen per model (onnx_candidates.py): every candidate scored on
-held-out calibration batches against the float graph, sized and timed, the closest kept among
-those fast and small enough, onnxruntime's own quantize_dynamic defaults among them; blockwise
-int8 (MatMulNBits, onnx_blockwise.py) whole and mixed into dynamic int8; and the choice in
-report.json."""
+held-out calibration batches against the float graph, sized and costed from its graph
+(onnx_cost.py), the closest kept among those cheap and small enough, onnxruntime's own
+quantize_dynamic defaults among them; blockwise int8 (MatMulNBits, onnx_blockwise.py) whole
+and mixed into dynamic int8; the choice in report.json; and the same file on every run
+whatever the timings."""
 from __future__ import annotations
 
 import json
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from compressor.core.record import RunRecord
-from compressor.export import onnx_blockwise
+from compressor.export import onnx_blockwise, onnx_cost
 from compressor.export.onnx_blockwise import write_blockwise
 from compressor.export.onnx_candidates import (BLOCKWISE, CANDIDATES, PLAIN, PLAIN_NAME, TIE,
                                                eligible, fit, pick, write_dynamic)
@@ -63,10 +64,17 @@ def test_the_candidate_closest_to_float_on_held_out_batches_is_written(tmp_path)
     # outliers present: smoothed and unsmoothed settings both tried; the vendor's defaults too
     assert {e["settings"]["smooth"] for e in tried.values()} == {True, False}
     assert any(e["settings"] == vars(PLAIN) for e in tried.values())
-    # every candidate sized and timed; the winner: the best score among the eligible ones
+    # every candidate sized, costed and timed; the winner: the best score among the eligible
     assert all(e["bytes"] > 0 and e["p50_ms"] > 0 for e in tried.values())
     assert tried[PLAIN_NAME]["eligible"] and tried[PLAIN_NAME]["p50_vs_plain"] == 1.0
-    assert BLOCKWISE in tried
+    assert tried[PLAIN_NAME]["cost_vs_plain"] == 1.0
+    # every dynamic setting is MatMulInteger on the same matmuls: the plain file's cost
+    assert {e["cost_vs_plain"] for n, e in tried.items() if n in CANDIDATES} == {1.0}
+    # blockwise whole: 0.5 + 0.5 x 6.0 = 3.5x, over the bound whatever it timed
+    assert tried[BLOCKWISE]["cost_vs_plain"] == pytest.approx(
+        onnx_cost.REST_SHARE + (1 - onnx_cost.REST_SHARE) * onnx_cost.NBITS_COST)
+    assert not tried[BLOCKWISE]["eligible"]
+    assert note["cost_model"]["kernel_cost"] == {"MatMulInteger": 1.0, "MatMulNBits": 6.0}
     assert tried[note["winner"]]["score"] >= max(e["score"] for e in tried.values()
                                                  if e["eligible"]) - TIE
     # the file written is the winner: its score on the held-out batch (the 4th) is the same
@@ -103,12 +111,15 @@ def test_blockwise_int8_is_matmulnbits_and_closer_to_float_than_dynamic(tmp_path
     assert blockwise > plain + 0.005, (blockwise, plain)   # 0.9960 vs 0.9863
 
 
-def test_the_closest_to_float_wins_among_the_fast_and_small_enough():
-    tried = [{"name": PLAIN_NAME, "bytes": 100, "score": 0.96, "p50_vs_plain": 1.0},
-             {"name": "a", "bytes": 100, "score": 0.99, "p50_vs_plain": 1.1},
-             {"name": "slow", "bytes": 100, "score": 0.999, "p50_vs_plain": 2.3},
-             {"name": "big", "bytes": 106, "score": 0.998, "p50_vs_plain": 1.0},
-             {"name": "b", "bytes": 104, "score": 0.995, "p50_vs_plain": 1.2}]
+def test_the_closest_to_float_wins_among_the_cheap_and_small_enough():
+    """The modelled cost decides, never the timing: "b" timed 3.0x but models 1.2x."""
+    tried = [{"name": PLAIN_NAME, "bytes": 100, "score": 0.96, "cost_vs_plain": 1.0},
+             {"name": "a", "bytes": 100, "score": 0.99, "cost_vs_plain": 1.1},
+             {"name": "slow", "bytes": 100, "score": 0.999, "cost_vs_plain": 2.3,
+              "p50_vs_plain": 1.0},
+             {"name": "big", "bytes": 106, "score": 0.998, "cost_vs_plain": 1.0},
+             {"name": "b", "bytes": 104, "score": 0.995, "cost_vs_plain": 1.2,
+              "p50_vs_plain": 3.0}]
     for entry in tried:
         entry["eligible"] = eligible(entry, tried)
     assert [e["name"] for e in tried if not e["eligible"]] == ["slow", "big"]
@@ -120,26 +131,22 @@ def test_the_closest_to_float_wins_among_the_fast_and_small_enough():
     assert fit(gains, costs, budget=0.6) == ["small", "big", "tiny"]
 
 
-def test_too_slow_blockwise_gives_a_mixed_candidate(tmp_path, monkeypatch):
-    """When every MatMul blockwise is over the latency bound (timings faked: 1.3x), the best
-    dynamic setting with blockwise int8 on the matmuls that gain most per multiply competes;
-    the written file holds both kinds when it wins."""
-    fake = {f"candidate-{BLOCKWISE}.onnx": 1.3}
-
-    def fake_p50(paths, feed, **timing):
-        return [fake.get(p.name, 1.0) for p in paths]
-
-    monkeypatch.setattr(onnx_blockwise, "p50_ms", fake_p50)
+def test_too_costly_blockwise_gives_a_mixed_candidate(tmp_path, monkeypatch):
+    """When every MatMul blockwise is over the latency bound (a kernel cost of 1.6: 0.5 + 0.5
+    x 1.6 = 1.3x the plain file), the best dynamic setting with blockwise int8 on the matmuls
+    that gain most per multiply competes; the written file holds both kinds when it wins."""
+    monkeypatch.setattr(onnx_cost, "NBITS_COST", 1.6)
     source = outlier_block(tmp_path / "block.onnx")
     rng = np.random.default_rng(1)
     batches = [{"ids": rng.integers(0, VOCAB, (32, TOKENS)).astype(np.int64)} for _ in range(4)]
     note = quantize_onnx_dynamic(source, tmp_path / "int8.onnx", calibration=batches)
     tried = {entry["name"]: entry for entry in note["tried"]}
-    assert not tried[BLOCKWISE]["eligible"] and tried[BLOCKWISE]["p50_vs_plain"] == 1.3
+    assert not tried[BLOCKWISE]["eligible"] and tried[BLOCKWISE]["cost_vs_plain"] == 1.3
     ranking = note["mixed_ranking"]
     assert ranking["base"] in CANDIDATES
     assert set(ranking["gain_if_blockwise"]) == {"up_proj", "down_proj"}
-    # each matmul is half the multiplies: 0.15 of the plain p50, the budget 0.2: one fits
+    # each matmul is half the multiplies: 0.5 x 0.6 / 2 = 0.15 of the plain file's modelled
+    # cost, the budget 0.2: one fits
     assert ranking["cost_vs_plain"] == {"up_proj": 0.15, "down_proj": 0.15}
     gains = ranking["gain_if_blockwise"]
     best = max(gains, key=gains.get)
@@ -147,26 +154,64 @@ def test_too_slow_blockwise_gives_a_mixed_candidate(tmp_path, monkeypatch):
     assert mixed == f"{ranking['base']}+blockwise_1of2"
     assert tried[mixed]["settings"]["blockwise"] == [best] and gains[best] > 0
     assert tried[mixed]["score"] > tried[ranking["base"]]["score"]
+    assert tried[mixed]["cost_vs_plain"] == pytest.approx(1.15) and tried[mixed]["eligible"]
     assert note["winner"] == pick(note["tried"]) == mixed
     ops = [n.op_type for n in onnx.load(str(tmp_path / "int8.onnx")).graph.node]
     assert ops.count("MatMulNBits") == 1 and ops.count("MatMulInteger") == 1
 
 
-def test_a_mixed_file_under_half_its_budget_is_refit_with_more_matmuls(tmp_path, monkeypatch):
-    """The first mixed file (one matmul, estimated 0.15) measures 0.05 over the dynamic file:
-    costs are scaled by 1/3 and both matmuls fit the next one."""
-    fake = {f"candidate-{BLOCKWISE}.onnx": 1.3, "candidate-mixed0.onnx": 1.05}
-    monkeypatch.setattr(onnx_blockwise, "p50_ms",
-                        lambda paths, feed, **timing: [fake.get(p.name, 1.0) for p in paths])
+def test_the_cost_ratio_is_read_from_the_graph(tmp_path):
+    """Plain dynamic vs blockwise int8 of the same two matmuls (32x128 and 128x32): every
+    multiply costs NBITS_COST (6.0) times as much, the rest of the graph REST_SHARE (0.5)."""
+    source = outlier_block(tmp_path / "block.onnx")
+    write_dynamic(source, tmp_path / "plain.onnx", (), PLAIN)
+    write_dynamic(source, tmp_path / "per_channel.onnx", (), CANDIDATES["7bit_per_channel"])
+    write_blockwise(onnx.load(str(source)), tmp_path / "blockwise.onnx",
+                    {"up_proj", "down_proj"}, (), WIDTH)
+    write_dynamic(source, tmp_path / "mixed.onnx", {"down_proj"}, PLAIN)
+    write_blockwise(onnx.load(str(tmp_path / "mixed.onnx")), tmp_path / "mixed.onnx",
+                    {"down_proj"}, (), WIDTH)
+    plain = onnx_cost.matmul_cost(tmp_path / "plain.onnx")
+    assert plain == 2 * WIDTH * HIDDEN == 8192.0   # two MatMulInteger, 4096 multiplies each
+    assert onnx_cost.matmul_cost(tmp_path / "per_channel.onnx") == plain
+    blockwise = onnx_cost.matmul_costs(tmp_path / "blockwise.onnx")
+    assert sorted(blockwise.values()) == [4096 * 6.0, 4096 * 6.0]
+    assert sum(blockwise.values()) / plain == onnx_cost.NBITS_COST == 6.0   # the kernel factor
+    assert onnx_cost.vs_plain(sum(blockwise.values()), plain) == 3.5        # 0.5 + 0.5 x 6
+    assert onnx_cost.vs_plain(onnx_cost.matmul_cost(tmp_path / "mixed.onnx"), plain) == 2.25
+    assert onnx_cost.vs_plain(plain, plain) == 1.0
+    # one matmul blockwise adds what the mixed ranking says it does: 0.5 x 5 x 4096 / 8192
+    assert onnx_cost.blockwise_costs({"down_proj": (HIDDEN, WIDTH)}, plain) == {"down_proj": 1.25}
+    # a pure function of the file: read again, the same numbers
+    assert onnx_cost.matmul_costs(tmp_path / "blockwise.onnx") == blockwise
+
+
+def test_the_same_model_and_seed_give_the_same_bytes_whatever_the_timings(tmp_path, monkeypatch):
+    """Two searches of one model, every candidate but the plain file timed at random (0.5-3x
+    its p50): the same eligibility, winner, costs and file, byte for byte. The kernel cost is
+    set so blockwise whole is over the bound and a mixed candidate is built too."""
+    monkeypatch.setattr(onnx_cost, "NBITS_COST", 1.6)
+    clock = np.random.default_rng()
+    monkeypatch.setattr(onnx_blockwise, "p50_ms", lambda paths, feed, **timing: [
+        1.0 if p.name == f"candidate-{PLAIN_NAME}.onnx" else float(clock.uniform(0.5, 3.0))
+        for p in paths])
+    source = outlier_block(tmp_path / "block.onnx")
     rng = np.random.default_rng(1)
     batches = [{"ids": rng.integers(0, VOCAB, (32, TOKENS)).astype(np.int64)} for _ in range(4)]
-    note = quantize_onnx_dynamic(outlier_block(tmp_path / "block.onnx"), tmp_path / "int8.onnx",
-                                 calibration=batches)
-    base = note["mixed_ranking"]["base"]
-    mixed = {e["name"]: e for e in note["tried"] if "+blockwise_" in e["name"]}
-    assert list(mixed) == [f"{base}+blockwise_1of2", f"{base}+blockwise_2of2"]
-    assert [e["p50_vs_plain"] for e in mixed.values()] == [1.05, 1.0]
-    assert note["winner"] == pick(note["tried"])
+    notes, files = [], []
+    for run in ("a", "b"):
+        (tmp_path / run).mkdir()
+        notes.append(quantize_onnx_dynamic(source, tmp_path / run / "int8.onnx",
+                                           calibration=batches))
+        files.append((tmp_path / run / "int8.onnx").read_bytes())
+    decided = [[(e["name"], e["cost_vs_plain"], e["eligible"], e["score"], e["bytes"])
+                for e in note["tried"]] for note in notes]
+    assert decided[0] == decided[1]
+    assert notes[0]["winner"] == notes[1]["winner"] and files[0] == files[1]
+    assert notes[0]["mixed_ranking"] == notes[1]["mixed_ranking"]
+    assert any("+blockwise_" in name for name, *_ in decided[0])
+    timed = [[e["p50_vs_plain"] for e in note["tried"]] for note in notes]
+    assert timed[0] != timed[1]   # the timings did differ, and decided nothing
 
 
 def test_a_failing_blockwise_quantizer_leaves_the_dynamic_candidates(tmp_path, monkeypatch):
@@ -180,7 +225,7 @@ def test_a_failing_blockwise_quantizer_leaves_the_dynamic_candidates(tmp_path, m
                                  calibration=batches)
     assert note["blockwise"].startswith("not tried: onnxruntime's MatMulNBits")
     assert note["winner"] in CANDIDATES and {e["name"] for e in note["tried"]} <= set(CANDIDATES)
-    assert all(e["p50_ms"] > 0 for e in note["tried"])
+    assert all(e["p50_ms"] > 0 and e["cost_vs_plain"] == 1.0 for e in note["tried"])
 
 
 def test_without_calibration_data_nothing_is_searched(tmp_path):
