@@ -62,6 +62,8 @@ def _inspect(argv: list[str]) -> int:
         if any(w.size >= MATRIX_ELEMENTS for w in info.weights) else None,
         "est_peak_memory_bytes": info.est_peak_memory_bytes,
     }
+    if info.storage:   # a .gguf: llama.cpp's tensor types, their bytes and bits per weight
+        summary["storage"] = info.storage
     if args.target:
         from compressor.devices import fits
 
@@ -86,7 +88,11 @@ def _inspect(argv: list[str]) -> int:
     print("  batch         " + ("dynamic (-1): any number of rows per call" if info.fixed_batch is None
                               else f"fixed at {info.fixed_batch}: every call takes exactly "
                                    f"{info.fixed_batch} row(s); resizing is refused"))
-    print("  ops           " + ", ".join(f"{k} x{v}" for k, v in sorted(info.ops.items())))
+    if info.ops:
+        print("  ops           " + ", ".join(f"{k} x{v}" for k, v in sorted(info.ops.items())))
+    for kind, entry in info.storage.items():
+        print(f"  {kind:<13} {entry['tensors']} tensors, {human_size(entry['bytes'])}, "
+              f"{entry['bits_per_weight']:g} bits per weight")
     if "fits_target" in summary:
         print(f"  fits {args.target}: {'yes' if summary['fits_target'] else 'NO'}")
     return 0

@@ -7,6 +7,10 @@ ids, one token is generated with that window's token i forced by a logit bias, a
 `n_probs` reports the forced token's log-probability from the model's raw logits (the server
 takes them before any sampler, bias included) beside the top token (the argmax). The server
 keeps the prompt's KV cache between calls, so each position costs one token of compute.
+The server withholds a token that ends inside a UTF-8 character (a byte token of a byte-level
+BPE: curly quotes, accents), probabilities included; at such a position a plain-text token is
+forced instead and the whole distribution asked for (n_probs = the vocabulary, ~0.4 s at 49k
+tokens), which holds the forced one's log-probability too.
 """
 from __future__ import annotations
 
@@ -57,7 +61,20 @@ def read_facts(path: Path) -> dict:
             "trained_context": int(fields.get(f"{arch}.context_length", DEFAULT_CONTEXT)),
             "context": int(fields.get(CONTEXT_KEY, 0)), "reader": reader,
             "vocab": len(reader.fields["tokenizer.ggml.tokens"].data)
-            if "tokenizer.ggml.tokens" in reader.fields else 0}
+            if "tokenizer.ggml.tokens" in reader.fields else 0,
+            "plain_token": _plain_token(reader)}
+
+
+def _plain_token(reader) -> int:
+    """A token whose text is one plain ASCII letter or digit (the server never withholds it)."""
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    if tokens is None:
+        return 0
+    for i, part in enumerate(tokens.data):
+        text = bytes(tokens.parts[part]).decode("utf-8", "replace")
+        if len(text) == 1 and text.isascii() and text.isalnum():
+            return i
+    return 0
 
 
 class LlamaCppLm:
@@ -75,6 +92,7 @@ class LlamaCppLm:
         self.eos_ids = tuple(int(facts["fields"][k]) for k in ("tokenizer.ggml.eos_token_id",)
                              if k in facts["fields"])
         self.vocab_size = facts["vocab"]
+        self._plain = facts["plain_token"]
         self.context = facts["context"] or min(facts["trained_context"], DEFAULT_CONTEXT)
         self.kv_type = kv_type
         self.kv_cache_bytes = int(facts["layers"] * 2 * facts["kv_heads"] * facts["head_dim"]
@@ -101,15 +119,29 @@ class LlamaCppLm:
         logprobs = np.zeros((windows.shape[0], windows.shape[1] - 1), np.float64)
         for r, row in enumerate(windows):
             for i in range(1, len(row) + 1):
-                forced = int(row[i]) if i < len(row) else None
-                options = {"max_tokens": 1, "n_probs": 1}
-                if forced is not None:
-                    options["logit_bias"] = [[forced, FORCE]]
-                entry = self._complete(row[:i], **options)["choices"][0]["logprobs"]["content"][0]
-                tops[r, i - 1] = int(entry["top_logprobs"][0]["id"])
-                if forced is not None:
-                    logprobs[r, i - 1] = float(entry["logprob"])
+                target = int(row[i]) if i < len(row) else None
+                tops[r, i - 1], logprob = self._position(row[:i], target)
+                if target is not None:
+                    logprobs[r, i - 1] = logprob
         return {"next_token": tops, "token_logprob": logprobs}
+
+    def _position(self, prefix: np.ndarray, target: int | None) -> tuple[int, float]:
+        """(the argmax after `prefix`, log p(target | prefix)), see the module docs."""
+        entry = self._forced(prefix, self._plain if target is None else target, 1)
+        if entry is not None:
+            return int(entry["top_logprobs"][0]["id"]), float(entry["logprob"])
+        entry = self._forced(prefix, self._plain, self.vocab_size)
+        if entry is None:
+            raise ModelLoadError(f"{self.path.name}: llama.cpp returned no probabilities")
+        ranked = entry["top_logprobs"]
+        logprob = next((float(e["logprob"]) for e in ranked if e["id"] == target), -np.inf)
+        return int(ranked[0]["id"]), logprob
+
+    def _forced(self, prefix: np.ndarray, token: int, probs: int) -> dict | None:
+        answer = self._complete(prefix, max_tokens=1, n_probs=probs, ignore_eos=True,
+                                logit_bias=[[int(token), FORCE]])
+        content = (answer["choices"][0].get("logprobs") or {}).get("content")
+        return content[0] if content else None
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, on_token=None,
                  stop_ids: tuple[int, ...] = ()) -> list[int]:
@@ -119,11 +151,13 @@ class LlamaCppLm:
             raise DataError(f"the prompt has {len(prompt_ids)} tokens, but the artifact's context "
                             f"is {self.context}; shorten it")
         out: list[int] = []
-        budget = min(int(max_new_tokens), self.context - len(prompt_ids))
-        answer = self._complete(list(prompt_ids), max_tokens=budget, n_probs=1, ignore_eos=True)
-        for entry in answer["choices"][0]["logprobs"]["content"]:
-            token = int(entry["id"])
+        prefix = list(prompt_ids)
+        # one greedy step per call (the cache keeps the prefix): a whole completion would drop
+        # the tokens the server withholds mid-character, see the module docs
+        while len(out) < max_new_tokens and len(prefix) < self.context:
+            token, _ = self._position(np.asarray(prefix), None)
             out.append(token)
+            prefix.append(token)
             if on_token is not None:
                 on_token(token)
             if token in stop_ids:

@@ -16,7 +16,8 @@ exactly is written as it is. One it cannot hold exactly but within float16's nor
 rounded to the nearest float16 (relative change <= 2**-11; the integers stay). A scale below
 float16's smallest normal (6.1e-5: a group whose weights are all below ~4e-4) or above its
 largest would lose digits or overflow, so such a tensor is written F16 (its weights as computed,
-each rounded to float16) and says so.
+each rounded to float16) and says so; a block whose weights are all zero (a padding token's
+row) is not counted: it is stored with scale 0, exactly.
 """
 from __future__ import annotations
 
@@ -52,27 +53,29 @@ def as_blocks(weight: QuantizedLinear) -> Blocks:
         return Blocks(first.ggml_type, np.stack([p.data for p in parts]),
                       all(p.exact for p in parts), first.how)
     n, k = weight.shape
-    scales = weight.scales.numpy().astype(np.float32)
-    if k % BLOCK or scales.size and (scales.min() < HALF_NORMAL_MIN or scales.max() > HALF_MAX):
-        why = (f"{k} inputs is not a multiple of {BLOCK}" if k % BLOCK
-               else "a scale outside float16's normal range")
-        return Blocks(F16, weight.dequantize().numpy().astype(np.float16), False, f"F16: {why}")
+    if k % BLOCK:
+        return _f16(weight, f"{k} inputs is not a multiple of {BLOCK}")
     zeros = weight.zeros.numpy()
     half = 2 ** (weight.bits - 1)
     if weight.group_size % BLOCK == 0 and (weight.bits == 4 or (zeros == half).all()):
         repeat = weight.group_size // BLOCK
-        d = np.repeat(scales, repeat, axis=1)
+        codes = weight.q.numpy().reshape(n, k // BLOCK, BLOCK)
+        zero = np.repeat(zeros, repeat, axis=1)
+        # a block of zero weights (a padding token's row) holds anything with scale 0
+        empty = (codes == zero[..., None]).all(axis=-1)
+        d = np.where(empty, 0.0, np.repeat(weight.scales.numpy().astype(np.float32), repeat, axis=1))
+        used = d[~empty]
+        if used.size and (used.min() < HALF_NORMAL_MIN or used.max() > HALF_MAX):
+            return _f16(weight, "a scale outside float16's normal range")
         rounded = d.astype(np.float16)
         how = "kept" if (rounded.astype(np.float32) == d).all() else "scales rounded to float16"
-        codes = weight.q.numpy().reshape(n, k // BLOCK, BLOCK)
         if weight.bits == 8:
             return Blocks(Q8_0, _q8_0(rounded, codes), how == "kept", how)
         if (zeros == half).all():
             return Blocks(Q4_0, _q4(rounded, None, codes), how == "kept", how)
-        m = (-(d * np.repeat(zeros, repeat, axis=1).astype(np.float32))).astype(np.float16)
-        exact = how == "kept" and (m.astype(np.float32) == -(d * np.repeat(
-            zeros, repeat, axis=1))).all()
-        return Blocks(Q4_1, _q4(rounded, m, codes), bool(exact),
+        m = -(d * zero)
+        exact = how == "kept" and (m.astype(np.float16).astype(np.float32) == m).all()
+        return Blocks(Q4_1, _q4(rounded, m.astype(np.float16), codes), bool(exact),
                       "kept" if exact else "scales rounded to float16")
     import gguf
 
@@ -80,6 +83,10 @@ def as_blocks(weight: QuantizedLinear) -> Blocks:
     data = gguf.quants.quantize(weight.dequantize().numpy().astype(np.float32),
                                 gguf.GGMLQuantizationType(qtype))
     return Blocks(qtype, data, False, "rounded again")
+
+
+def _f16(weight: QuantizedLinear, why: str) -> Blocks:
+    return Blocks(F16, weight.dequantize().numpy().astype(np.float16), False, f"F16: {why}")
 
 
 def _q8_0(d: np.ndarray, codes: np.ndarray) -> np.ndarray:

@@ -28,8 +28,10 @@ PRE_TOKENIZERS = {
 }
 
 
-def write_tokenizer(writer: Any, tokenizer: Any) -> str:
-    """Add `tokenizer` to the GGUF being written; returns the pre-tokenizer name used."""
+def write_tokenizer(writer: Any, tokenizer: Any, vocab_size: int) -> str:
+    """Add `tokenizer` to the GGUF being written, exactly `vocab_size` tokens (the model's
+    table: llama.cpp checks the two agree; ids past it are dropped, missing ones padded as
+    llama.cpp's converter does); returns the pre-tokenizer name used."""
     data = json.loads(tokenizer.backend_tokenizer.to_str())
     model = data["model"]
     if model.get("type") != "BPE":
@@ -40,7 +42,7 @@ def write_tokenizer(writer: Any, tokenizer: Any) -> str:
     if model.get("byte_fallback"):
         _sentencepiece_style(writer, tokenizer)
     else:
-        pre = _byte_level(writer, tokenizer, data)
+        pre = _byte_level(writer, tokenizer, data, vocab_size)
     _special_ids(writer, tokenizer)
     if tokenizer.chat_template:
         template = tokenizer.chat_template
@@ -52,9 +54,9 @@ def write_tokenizer(writer: Any, tokenizer: Any) -> str:
     return pre
 
 
-def _byte_level(writer: Any, tokenizer: Any, data: dict) -> str:
-    vocab = tokenizer.get_vocab()
-    tokens = sorted(vocab, key=vocab.get)
+def _byte_level(writer: Any, tokenizer: Any, data: dict, vocab_size: int) -> str:
+    by_id = {i: token for token, i in tokenizer.get_vocab().items()}
+    tokens = [by_id.get(i, f"[PAD{i}]") for i in range(vocab_size)]
     special = set(tokenizer.all_special_tokens) | {
         t["content"] for t in data.get("added_tokens", []) if t.get("special")}
     merges = data["model"].get("merges", [])
