@@ -95,6 +95,7 @@ def _render(result: dict) -> None:
                           "-" if p["max_context"] is None else f"{p['max_context']:,}")
         console.print(table)
         _render_tflite(console, target["plans"])
+        _render_gguf(console, target["plans"], result.get("llama_cpp_kv_cache_bytes"))
         mixed = [f"{p['recipe']} up to {p['int8_budget']:g}x" for p in target["plans"]
                  if p.get("int8_budget", 1.0) > 1.0]
         if mixed:
@@ -114,6 +115,16 @@ def _render_tflite(console, plans: list[dict]) -> None:
              for p in plans if p.get("tflite_bytes") is not None]
     if sizes:
         console.print(f"model.tflite (weights column: the ONNX artifact): {', '.join(sizes)}")
+
+
+def _render_gguf(console, plans: list[dict], kv: dict | None) -> None:
+    """The GGUF route's model.gguf per recipe, and llama.cpp's KV cache at its cache types."""
+    sizes = [f"{p['recipe']} {human_size(p['gguf_bytes'])}" for p in plans
+             if p.get("gguf_bytes") is not None]
+    if sizes:
+        cache = (f"; llama.cpp KV cache f16 {human_size(kv['f16'])}, q8_0 "
+                 f"{human_size(kv['q8_0'])} (-ctk / -ctv)") if kv else ""
+        console.print(f"model.gguf (llama.cpp): {', '.join(sizes)}{cache}")
 
 
 def _render_split(console, split: dict) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 from compressor.config.recipe import Recipe
 from compressor.decoders.counting import counter, set_counter
 from compressor.formats import artifact_only_suffixes
+from compressor.decoders.footprint_gguf import llama_cpp_kv_bytes
 from compressor.decoders.footprint_tflite import tokenizer_bytes
 from compressor.decoders.headers import ModelDescription, describe
 from compressor.decoders.shapes import (ModelShape, active_param_count, from_hf_config,
@@ -123,7 +124,9 @@ def plan(model: str | Path | dict, target: str | None = DEFAULT_TARGET, context:
     per_device = [_llm_target(desc.shape, p, context, batch, recipes, kv_dtype, devices, tokenizer)
                   for p in _profiles(target)]
     head = {"model": _model_json(desc), "target": target or DEFAULT_TARGET, "context": context,
-            "batch": batch}
+            "batch": batch,
+            # the GGUF route's runtime keeps its own cache: llama.cpp's -ctk / -ctv types
+            "llama_cpp_kv_cache_bytes": llama_cpp_kv_bytes(desc.shape, context * batch)}
     if target == "all":
         return {**head, "targets": per_device}
     one = per_device[0]

@@ -20,7 +20,8 @@ from compressor.decoders.footprint import (
     weight_bytes,
     working_bytes,
 )
-from compressor.decoders.footprint_tflite import tflite_bytes
+from compressor.decoders.footprint_gguf import gguf_bytes
+from compressor.decoders.footprint_tflite import tflite_bytes, tokenizer_bytes as files_bytes
 from compressor.decoders.shapes import ModelShape, params_by_kind
 from compressor.devices import DeviceProfile
 from compressor.plan.recipes import PlannedRecipe, resolve
@@ -41,6 +42,7 @@ class RecipePlan:
     prefill_tokens_per_s_bound: float | None
     max_context: int
     tflite_bytes: int | None = None   # the LiteRT route's model.tflite (weights_bytes: ONNX)
+    gguf_bytes: int | None = None     # the GGUF route's model.gguf (llama.cpp)
     int8_budget: float = 1.0          # int4: the int8 share counted (the recipe's, fitted)
     accuracy_rank: int = field(default=0, compare=False)   # recommend's order (not in JSON)
 
@@ -137,6 +139,8 @@ def plan_recipe(shape: ModelShape, recipe: RecipeRef, profile: DeviceProfile, co
         max_context=max_context(shape, replace(layout, int8_budget=1.0), usable, batch, kv_bytes),
         tflite_bytes=tflite_bytes(shape, replace(recipe.tflite, int8_budget=budget),
                                   tokenizer_bytes),
+        gguf_bytes=gguf_bytes(shape, replace(recipe.gguf, int8_budget=budget),
+                              tokenizer_bytes or files_bytes(None, shape)),
         int8_budget=budget, accuracy_rank=recipe.accuracy_rank)
 
 

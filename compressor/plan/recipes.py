@@ -14,6 +14,7 @@ from pathlib import Path
 from compressor.config.recipe import Recipe, load_recipe
 from compressor.core.int8_mode import post_training_mode
 from compressor.decoders.footprint import Layout, exporter_layout
+from compressor.decoders.footprint_gguf import gguf_layout
 from compressor.decoders.footprint_tflite import litert_layout
 from compressor.decoders.storage import WeightStorage
 from compressor.errors import RecipeError, UsageError
@@ -32,6 +33,7 @@ class PlannedRecipe:
     storage: WeightStorage
     onnx: Layout
     tflite: Layout
+    gguf: Layout
 
     @property
     def accuracy_rank(self) -> int:
@@ -60,7 +62,7 @@ def planned(recipe: Recipe) -> PlannedRecipe | None:
     if storage is None:
         return None
     return PlannedRecipe(recipe.name, storage, exporter_layout(recipe.name, storage),
-                         litert_layout(recipe.name, storage))
+                         litert_layout(recipe.name, storage), gguf_layout(recipe.name, storage))
 
 
 def resolve(ref: str | Path | Recipe | PlannedRecipe) -> PlannedRecipe:

@@ -5,8 +5,6 @@ back in as a model that keeps its integers."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -24,14 +22,6 @@ from compressor.runtimes.llamacpp import LlamaCppLm  # noqa: E402
 from compressor.schemes import Int4WeightOnly  # noqa: E402
 
 
-def _run(**fields) -> SimpleNamespace:
-    """The little of a run's Context the export handler reads."""
-    notes = {}
-    return SimpleNamespace(progress=SimpleNamespace(info=lambda *_: None), context=128,
-                           record=SimpleNamespace(add_note=notes.__setitem__), notes=notes,
-                           **fields)
-
-
 def _blocks(reader, name: str) -> tuple[int, np.ndarray]:
     tensor = next(t for t in reader.tensors if t.name == name)
     return int(tensor.tensor_type), np.asarray(tensor.data)
@@ -46,8 +36,12 @@ def test_q4_0_and_q8_0_hold_our_integers_exactly(random_lm_dir, tmp_path):
                                                    symmetric=True), None)
     down = "model.layers.1.mlp.down_proj.weight"
     quantized[down] = grid.int8_rows(loaded.model.state_dict()[down], 32)
-    state = SimpleNamespace(model=loaded.with_quantized(quantized))
-    path = write_gguf_model(state, Int4WeightOnly(), tmp_path / "model.gguf", _run())
+    from compressor.core.context import Context, Data, ModelState
+    from compressor.core.progress import Progress
+
+    ctx = Context(data=Data(), progress=Progress(quiet=True), workdir=tmp_path, context=128)
+    state = ModelState(model=loaded.with_quantized(quantized), scheme=Int4WeightOnly())
+    path = write_gguf_model(state, Int4WeightOnly(), tmp_path / "model.gguf", ctx)
     reader = gguf.GGUFReader(str(path))
     config = loaded.config
     checked = 0

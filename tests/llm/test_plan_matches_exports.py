@@ -184,3 +184,40 @@ def test_a_users_recipe_file_is_planned_as_compress_writes_it(family, model_dirs
           f"({row['weights_bytes'] / written - 1:+.2%})")
     assert row["recipe"] == "mine_g64"
     check_planned(row["weights_bytes"], written, "int4", family)
+
+
+# --- the GGUF route's model.gguf ------------------------------------------------------------
+GGUF_FAMILIES = ("llama", "qwen2")      # tied Llama; Qwen2 with q/k/v biases
+
+
+def export_gguf(model_dir, recipe: str, root) -> int:
+    """Bytes of the model.gguf the GGUF route writes for `recipe`'s integers."""
+    from compressor.backends.llm.gguf_write import write_gguf_model
+    from compressor.backends.llm.load import load_lm
+    from compressor.core.context import Context, Data, ModelState
+    from compressor.core.progress import Progress
+    from compressor.schemes import Float16, Int4WeightOnly, Int8WeightOnly
+
+    scheme = {"int4": Int4WeightOnly(), "int8": Int8WeightOnly(), "fp16": Float16()}[recipe]
+    loaded = recipe_integers(load_lm(model_dir), scheme)
+    root.mkdir(parents=True)
+    ctx = Context(data=Data(), progress=Progress(quiet=True), workdir=root, context=CONTEXT)
+    path = write_gguf_model(ModelState(model=loaded, scheme=scheme), scheme,
+                            root / "model.gguf", ctx)
+    return path.stat().st_size
+
+
+@pytest.mark.parametrize("family", GGUF_FAMILIES)
+def test_planned_gguf_bytes_match_the_written_file(family, model_dirs, tmp_path):
+    planned = {p["recipe"]: p["gguf_bytes"] for p in
+               plan(str(model_dirs[family]), target="jetson-orin-nx-8gb", context=CONTEXT,
+                    recipes=list(RECIPES))["plans"]}
+    for recipe in RECIPES:
+        written = export_gguf(model_dirs[family], recipe, tmp_path / recipe)
+        print(f"{family} {recipe} gguf: planned {planned[recipe]:,} B, written {written:,} B "
+              f"({planned[recipe] / written - 1:+.2%})")
+        # the tokenizer metadata is a third of these toy files; its estimate is the looser part
+        if recipe == "int4":
+            assert written <= planned[recipe] <= 1.06 * written, (family, recipe)
+        else:
+            assert planned[recipe] == pytest.approx(written, rel=0.02), (family, recipe)

@@ -92,11 +92,11 @@ def written(toy, tmp_path) -> Path:
 def test_the_format_list_is_the_registry(toy):
     from compressor.export import FORMATS
 
-    assert format_names() == ("tflite", "onnx", "toy") and list(FORMATS) == list(format_names())
+    assert format_names() == ("tflite", "onnx", "gguf", "toy") and list(FORMATS) == list(format_names())
     assert "toy" in FORMATS and default_formats() == ("tflite", "onnx")   # not exported unasked
     assert formats_of(KIND) == ("onnx", "toy")                            # the house order
     assert recipe_from_dict({"name": "x", "export": ["toy"]}).export == ("toy",)
-    with pytest.raises(RecipeError, match="Input should be 'tflite', 'onnx' or 'toy'"):
+    with pytest.raises(RecipeError, match="Input should be 'tflite', 'onnx', 'gguf' or 'toy'"):
         recipe_from_dict({"name": "x", "export": ["pt"]})
     assert FORMAT_RUNTIMES["toy"] == "toyrt" and dict(FORMAT_RUNTIMES)["onnx"] == "onnxruntime"
 
@@ -122,7 +122,7 @@ def test_the_cli_and_devices_read_the_registry(written, tmp_path, capsys):
     assert main(["inspect", str(written), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["format"] == "toy"
     assert main(["inspect", str(tmp_path / "missing.toy")]) == 2
-    assert "give the path of a .tflite or .onnx or .toy file" in capsys.readouterr().err
+    assert "give the path of a .tflite or .onnx or .gguf or .toy file" in capsys.readouterr().err
     written.write_text("{}")
     assert main(["inspect", str(written)]) == 2                # the format's own check ran
     assert "not a toy file" in capsys.readouterr().err
@@ -135,15 +135,15 @@ def test_a_session_lists_it(toy):
     from compressor.run.session import open_session
 
     with pytest.raises(RecipeError, match="unknown export format pt; use tflite and/or onnx "
-                                          "and/or toy"):
+                                          "and/or gguf and/or toy"):
         open_session("model.onnx", "fp16", formats=("pt",), out_dir=None)
 
 
 def test_unregistered_it_is_gone_everywhere(tmp_path):
-    assert format_names() == ("tflite", "onnx") and FORMAT_RUNTIMES.get("toy") is None
-    with pytest.raises(ModelLoadError, match="expected .tflite or .onnx"):
+    assert format_names() == ("tflite", "onnx", "gguf") and FORMAT_RUNTIMES.get("toy") is None
+    with pytest.raises(ModelLoadError, match="expected .tflite or .onnx or .gguf"):
         format_of(tmp_path / "m.toy")
-    with pytest.raises(RecipeError, match="Input should be 'tflite' or 'onnx'"):
+    with pytest.raises(RecipeError, match="Input should be 'tflite', 'onnx' or 'gguf'"):
         recipe_from_dict({"name": "x", "export": ["toy"]})
 
 
@@ -153,4 +153,4 @@ def test_every_built_in_reference_resolves():
     references = [getattr(fmt, field) for fmt in registered_formats()
                   for field in ("open", "inspect", "open_lm", "inspect_folder", "check",
                                 "float_kernels") if getattr(fmt, field)]
-    assert len(references) == 9 and all(callable(resolve(ref)) for ref in references)
+    assert len(references) == 12 and all(callable(resolve(ref)) for ref in references)

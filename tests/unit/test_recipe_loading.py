@@ -252,7 +252,7 @@ def test_a_steps_own_rule_names_the_step():
 
 def test_export_and_name_values_are_checked():
     assert _error({"name": "x", "export": ["tflite", "pt"]}) == \
-        "mine.yaml: export.1 = 'pt': Input should be 'tflite' or 'onnx'"
+        "mine.yaml: export.1 = 'pt': Input should be 'tflite', 'onnx' or 'gguf'"
     assert _error({"name": ""}) == "mine.yaml: name = '': String should have at least 1 character"
 
 
