@@ -2,7 +2,7 @@
 convert_hf_to_gguf.py lays it out: the architecture's hyperparameters, the tensors' llama.cpp
 names (the `gguf` package's own name map), and what each family changes on the way (Llama's
 attn_q / attn_k rows permuted for its rotary pairs, Gemma's norms stored as 1 + w, Llama 3's
-RoPE frequency factors as a tensor).
+RoPE frequency factors as a tensor); each family's own extras live in gguf_families.py.
 
 A family the GGUF route does not write yet is refused before any work (decoders/families.py
 `missing_routes`); this module is only asked about the ones it writes.
@@ -10,11 +10,15 @@ A family the GGUF route does not write yet is refused before any work (decoders/
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+import compressor.backends.llm.gguf_families as fam
+from compressor.backends.llm.gguf_families import head_dim, rope_dims, rope_parameters, rope_theta
 
 
 @dataclass(frozen=True)
@@ -23,29 +27,26 @@ class GgufArch:
     permute_qk: bool = False               # llama.cpp's llama graph wants q / k rows permuted
     norm_plus_one: bool = False            # HF Gemma computes x * (1 + w); llama.cpp x * w
     extra: Callable[[Any, Any], None] | None = None   # (writer, config): its own hyperparameters
-
-
-def _gemma2(writer: Any, config: Any) -> None:
-    writer.add_attn_logit_softcapping(float(config.attn_logit_softcapping or 0.0))
-    writer.add_final_logit_softcapping(float(config.final_logit_softcapping or 0.0))
-    writer.add_sliding_window(int(config.sliding_window))
-
-
-def _granite(writer: Any, config: Any) -> None:
-    writer.add_attention_scale(float(config.attention_multiplier))
-    writer.add_embedding_scale(float(config.embedding_multiplier))
-    writer.add_residual_scale(float(config.residual_multiplier))
-    writer.add_logit_scale(float(config.logits_scaling))
+    split: Callable[[Any, str, np.ndarray], fam.Pieces] | None = None   # tensors stored otherwise
+    refuse: Callable[..., str | None] | None = None   # (config, context) -> why llama.cpp cannot
 
 
 ARCHS = {   # config.json model_type -> how llama.cpp names and computes it
     "llama": GgufArch("llama", permute_qk=True),
-    "mistral": GgufArch("llama", permute_qk=True),    # llama.cpp runs Mistral as llama
+    "mistral": GgufArch("llama", permute_qk=True, refuse=fam.window_refuse),   # as llama
+    "mixtral": GgufArch("llama", permute_qk=True, extra=fam.moe, split=fam.experts,
+                        refuse=fam.window_refuse),
     "qwen2": GgufArch("qwen2"),
     "qwen3": GgufArch("qwen3"),
+    "qwen3_moe": GgufArch("qwen3moe", extra=fam.moe, split=fam.experts,
+                          refuse=fam.qwen3_moe_refuse),
     "gemma": GgufArch("gemma", norm_plus_one=True),
-    "gemma2": GgufArch("gemma2", norm_plus_one=True, extra=_gemma2),
-    "granite": GgufArch("granite", extra=_granite),
+    "gemma2": GgufArch("gemma2", norm_plus_one=True, extra=fam.gemma2),
+    "gemma3_text": GgufArch("gemma3", norm_plus_one=True, extra=fam.gemma3),
+    "granite": GgufArch("granite", extra=fam.granite),
+    "phi3": GgufArch("phi3", extra=fam.phi3, refuse=fam.window_refuse),   # fused qkv / gate_up
+    "smollm3": GgufArch("smollm3", permute_qk=True, refuse=fam.smollm3_refuse),
+    "olmo2": GgufArch("olmo2"),
 }
 
 
@@ -53,20 +54,37 @@ def arch_of(config: Any) -> GgufArch:
     return ARCHS[config.model_type]
 
 
-def head_dim(config: Any) -> int:
-    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+def refusal(config: Any, context: int | None = None) -> str | None:
+    """Why llama.cpp cannot run this model (at `context` tokens) although it runs its family;
+    None if it can."""
+    arch = ARCHS.get(config.model_type)
+    return arch.refuse(config, context) if arch is not None and arch.refuse else None
 
 
-def rope_parameters(config: Any) -> dict:
-    return dict(getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
-                or {})
+def pieces(config: Any, hf_name: str, rows: np.ndarray) -> fam.Pieces:
+    """The tensors llama.cpp stores for one transformers parameter (itself, most often)."""
+    split = arch_of(config).split
+    return [(hf_name, rows)] if split is None else split(config, hf_name, rows)
 
 
-def write_hyperparameters(writer: Any, config: Any, name: str, file_type: int) -> None:
+# llama.cpp sets Phi-3's token attributes by general.name (any holding "phi3" / "phi-3") and
+# looks these tokens up: a vocabulary without one of them does not load under such a name
+PHI3_NAMED_TOKENS = ("</s>", "<unk>", "<s>", "<|endoftext|>")
+
+
+def file_name(name: str, vocab: dict) -> str:
+    """general.name: `name`, "phi 3" for "phi3" / "phi-3" where the vocabulary lacks one of
+    PHI3_NAMED_TOKENS (the test models' own tokenizers)."""
+    if all(token in vocab for token in PHI3_NAMED_TOKENS):
+        return name
+    return re.sub(r"(?i)(phi)-?3", r"\1 3", name)
+
+
+def write_hyperparameters(writer: Any, config: Any, name: str, file_type: int,
+                          vocab: dict) -> None:
     arch = arch_of(config)
-    rope = rope_parameters(config)
+    writer.add_name(file_name(name, vocab))
     dim = head_dim(config)
-    writer.add_name(name)
     writer.add_context_length(int(config.max_position_embeddings))
     writer.add_embedding_length(int(config.hidden_size))
     writer.add_block_count(int(config.num_hidden_layers))
@@ -76,21 +94,24 @@ def write_hyperparameters(writer: Any, config: Any, name: str, file_type: int) -
     writer.add_key_length(dim)
     writer.add_value_length(dim)
     writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
-    writer.add_rope_dimension_count(dim)
-    writer.add_rope_freq_base(float(rope.get("rope_theta", getattr(config, "rope_theta", 1e4))))
+    writer.add_rope_dimension_count(rope_dims(config))
+    writer.add_rope_freq_base(rope_theta(config))
     writer.add_vocab_size(int(config.vocab_size))
     writer.add_file_type(file_type)
     if arch.extra is not None:
         arch.extra(writer, config)
 
 
-def rope_factors(config: Any) -> np.ndarray | None:
-    """Llama 3's RoPE scaling as llama.cpp takes it: one divisor per frequency (the tensor
-    `rope_freqs.weight`); None for any other RoPE."""
+def rope_tensors(config: Any) -> dict[str, np.ndarray]:
+    """RoPE scalings llama.cpp takes as tensors: Llama 3's one divisor per frequency
+    (`rope_freqs.weight`), LongRoPE's long and short factors (Phi-3); none for other RoPE."""
     rope = rope_parameters(config)
+    if rope.get("rope_type") == "longrope":
+        return {f"rope_factors_{k}.weight": np.asarray(rope[f"{k}_factor"], dtype=np.float32)
+                for k in ("long", "short")}
     if rope.get("rope_type") != "llama3":
-        return None
-    dim, base = head_dim(config), float(rope.get("rope_theta", 1e4))
+        return {}
+    dim, base = rope_dims(config), rope_theta(config)
     factor, low, high = (float(rope[k]) for k in ("factor", "low_freq_factor", "high_freq_factor"))
     original = float(rope["original_max_position_embeddings"])
     low_wavelength, high_wavelength = original / low, original / high
@@ -104,7 +125,7 @@ def rope_factors(config: Any) -> np.ndarray | None:
         else:
             smooth = (original / wavelength - low) / (high - low)
             factors.append(1.0 / ((1 - smooth) / factor + smooth))
-    return np.asarray(factors, dtype=np.float32)
+    return {"rope_freqs.weight": np.asarray(factors, dtype=np.float32)}
 
 
 def permute_rows(rows: np.ndarray, heads: int) -> np.ndarray:

@@ -88,6 +88,10 @@ def write_file(model: Any, tokenizer: Any, path: Path, encode: Callable[[str, An
         raise BackendUnavailableError(
             f"the GGUF route does not write {config.model_type} models yet (it writes "
             f"{', '.join(sorted(meta.ARCHS))}); export onnx or tflite")
+    why = meta.refusal(config, context)
+    if why is not None:
+        raise BackendUnavailableError(f"the GGUF route cannot write this model: {why}; "
+                                      "export onnx or tflite")
     arch = meta.arch_of(config)
     part = path.with_name(path.name + ".part")
     writer = gguf.GGUFWriter(str(part), arch.name)
@@ -95,8 +99,9 @@ def write_file(model: Any, tokenizer: Any, path: Path, encode: Callable[[str, An
         types = _add_tensors(writer, model, encode)
         file_type = Counter(t for t in types if t not in (pack.F32,)).most_common(1)
         meta.write_hyperparameters(writer, config, name or _model_name(model),
-                                   FILE_TYPES.get(file_type[0][0] if file_type else pack.F32, 0))
-        write_tokenizer(writer, tokenizer)
+                                   FILE_TYPES.get(file_type[0][0] if file_type else pack.F32, 0),
+                                   tokenizer.get_vocab())
+        write_tokenizer(writer, tokenizer, int(config.vocab_size))
         if context:
             writer.add_uint32(CONTEXT_KEY, int(context))
         writer.write_header_to_file()
@@ -116,22 +121,27 @@ def _add_tensors(writer: Any, model: Any, encode: Callable[[str, Any], Encoded])
     arch, names = meta.arch_of(config), meta.name_map(config)
     tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight
     types = []
-    factors = meta.rope_factors(config)
-    if factors is not None:
-        writer.add_tensor("rope_freqs.weight", factors)
+    for rope_name, factors in meta.rope_tensors(config).items():
+        writer.add_tensor(rope_name, factors)
     for hf_name, tensor in model.state_dict(keep_vars=False).items():
-        gguf_name = meta.tensor_name(names, hf_name)
-        if gguf_name is None or (tied and gguf_name.startswith("output.")):
+        # llama.cpp's names of the tensor's pieces (most often one: the tensor itself)
+        targets = [meta.tensor_name(names, n) for n, _ in meta.pieces(config, hf_name, tensor)]
+        targets = [None if t is None or (tied and t.startswith("output.")) else t
+                   for t in targets]
+        if not any(targets):
             continue
         data, kind, _ = encode(hf_name, tensor)
-        if arch.norm_plus_one and gguf_name.endswith("norm.weight"):
-            data = data + 1.0
-        heads = meta.row_heads(config, gguf_name)
-        if heads is not None:
-            data = meta.permute_rows(data, heads)
-        raw = None if kind in (pack.F32, pack.F16) else gguf.GGMLQuantizationType(kind)
-        writer.add_tensor(gguf_name, data, raw_dtype=raw)
-        types.append(kind)
+        for gguf_name, (_, rows) in zip(targets, meta.pieces(config, hf_name, data)):
+            if gguf_name is None:
+                continue
+            if arch.norm_plus_one and gguf_name.endswith("norm.weight"):
+                rows = rows + 1.0
+            heads = meta.row_heads(config, gguf_name)
+            if heads is not None:
+                rows = meta.permute_rows(rows, heads)
+            raw = None if kind in (pack.F32, pack.F16) else gguf.GGMLQuantizationType(kind)
+            writer.add_tensor(gguf_name, np.ascontiguousarray(rows), raw_dtype=raw)
+            types.append(kind)
     return types
 
 
