@@ -183,6 +183,10 @@ def _start(path: Path, context: int, threads: int, kv_type: str):
     params.n_ctx = int(context)
     params.n_batch = params.n_ubatch = min(512, int(context))
     params.n_parallel = 1
+    # a full-length cache for sliding-window layers too: teacher forcing moves back to earlier
+    # positions, which a window-sized cache has already dropped (Gemma 3 with a 16-token
+    # window scored its second window 0.15 nats off without it)
+    params.swa_full = True
     params.cpuparams.n_threads = params.cpuparams_batch.n_threads = int(threads)
     params.cache_type_k = params.cache_type_v = getattr(xllamacpp.ggml_type, f"GGML_TYPE_{kv_type.upper()}")
     params.warmup = False

@@ -164,7 +164,8 @@ def test_int8_and_fp16_gguf_track_the_float_model(trained_lm_dir, tmp_path):
     assert rows["fp16"]["weight_dtypes"].get("float16", 0) >= 0.9
 
 
-GGUF_FAMILIES = ["llama", "llama3", "mistral", "qwen2", "gemma", "gemma2", "granite"]
+GGUF_FAMILIES = ["llama", "llama3", "mistral", "qwen2", "gemma", "gemma2", "gemma3_text", "granite",
+                 "phi3", "olmo2", "qwen3_moe", "mixtral"]
 
 
 @pytest.mark.parametrize("family", GGUF_FAMILIES)
@@ -209,3 +210,11 @@ def test_a_damaged_gguf_artifact_is_one_error_line(tmp_path, cli):
     assert result.stderr.count("error:") == 1 and "Traceback" not in result.stderr
     with pytest.raises(Exception, match="not a readable GGUF"):
         LlamaCppLm(broken)
+
+
+def test_a_family_llama_cpp_cannot_run_is_refused_before_any_work(random_lm_dir, cli, tmp_path):
+    result = cli("--recipe", "int4", str(random_lm_dir("gpt2")), "--format", "gguf",
+                 "--out", str(tmp_path / "out"))
+    assert result.returncode == 2
+    assert result.stderr.count("error:") == 1 and "export tflite" in result.stderr
+    assert not (tmp_path / "out").exists()

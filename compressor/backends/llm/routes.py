@@ -36,9 +36,24 @@ def _onnx_refusal(config: dict) -> str | None:
     return onnx_route_refusal(config)
 
 
+def _gguf_refusal(config: dict) -> str | None:
+    """What llama.cpp cannot run whatever the context (a window shorter than the run's
+    context is refused when writing, where the context is known)."""
+    from compressor.backends.llm.gguf_meta import ARCHS, refusal
+
+    text = _namespace(config)
+    text = getattr(text, "text_config", None) or text
+    model_type = getattr(text, "model_type", "")
+    if model_type not in ARCHS:
+        return (f"the GGUF route does not write {model_type or 'this'} models (it writes "
+                f"{', '.join(sorted(ARCHS))})")
+    return refusal(text, 1)   # context 1: a window is judged when writing, at the run's context
+
+
 # each route's own check of a config (None: it can convert it)
 ROUTE_CHECKS: dict[str, Callable[[dict], str | None]] = {"tflite": _litert_refusal,
-                                                          "onnx": _onnx_refusal}
+                                                          "onnx": _onnx_refusal,
+                                                          "gguf": _gguf_refusal}
 
 
 def _namespace(config: dict) -> SimpleNamespace:
