@@ -1,10 +1,13 @@
 """A .gguf file as model input: written in the test from tiny random Llama / Mistral / Qwen2 /
-Qwen3 models (F32, F16, BF16, Q8_0, Q4_0, Q4_1), loaded with load_gguf and compared with the
-same weights from a Hugging Face folder and with transformers' own dequantization."""
+Qwen3 models (F32, F16, BF16, Q8_0, Q4_0, Q4_1; Q5_0, Q5_1 and synthetic K-quant blocks on a
+Llama with 256-wide rows), loaded with load_gguf and compared with the same weights from a
+Hugging Face folder, with transformers' own dequantization and with gguf.quants.dequantize of
+the file's blocks."""
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -18,6 +21,7 @@ from compressor.errors import ModelLoadError  # noqa: E402
 from support import tiny_lm  # noqa: E402
 from support.gguf_writer import write_gguf, write_header_only  # noqa: E402
 
+DEQUANTIZED = "weights dequantized (no recipe writes that grid: an integer recipe quantizes them again)"
 PROMPT = "It was the best of times, it was the worst of times, it was the age of wisdom."
 LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -214,7 +218,94 @@ def test_q4_1_kept_on_request_within_half_a_step(kit):
 
 def test_q8_0_is_dequantized_only(kit):
     loaded = load_gguf(kit["gguf"]("llama", "Q8_0"))
-    assert loaded.file_grids == {} and loaded.notes == () and loaded.model.dtype == torch.float16
+    assert loaded.file_grids == {} and loaded.model.dtype == torch.float16
+    assert loaded.notes == (f"gguf: 16 Q8_0 {DEQUANTIZED}",)
+
+
+@pytest.fixture(scope="module")
+def wide(kit, tmp_path_factory):
+    """kit's tokenizer on a Llama whose rows are 256 wide (K-quant super-blocks), untied;
+    `wide(linear, embedding=None)` writes (once) and returns its .gguf."""
+    root = tmp_path_factory.mktemp("wide")
+    model = tiny_lm.random_lm(kit["tokenizer"], "llama", hidden_size=256,
+                              intermediate_size=512, head_dim=64, tie_word_embeddings=False)
+    files: dict[tuple, Path] = {}
+
+    def gguf(linear: str, embedding: str | None = None) -> Path:
+        if (linear, embedding) not in files:
+            files[linear, embedding] = write_gguf(model, kit["tokenizer"],
+                                                  root / f"wide-{linear}-{embedding}.gguf",
+                                                  linear, embedding=embedding)
+        return files[linear, embedding]
+
+    return gguf
+
+
+def _file_weights(path: Path, loaded) -> dict[str, tuple[str, torch.Tensor]]:
+    """Parameter name -> (ggml type, gguf.quants.dequantize of the file's raw blocks, rows in
+    transformers' order) for every tensor load_gguf maps to a parameter."""
+    from gguf import GGUFReader, quants
+
+    from compressor.backends.llm import gguf as gguf_module
+
+    found = {}
+    for tensor in GGUFReader(path).tensors:
+        name = gguf_module._param_name(tensor.name)
+        if name is None:
+            continue
+        values = quants.dequantize(tensor.data, tensor.tensor_type)
+        order = gguf_module._row_order(tensor.name, "llama", loaded.config, values.shape[0])
+        if order is not None:
+            values = values[order.numpy()]
+        found[name] = (tensor.tensor_type.name, torch.from_numpy(np.ascontiguousarray(values)))
+    return found
+
+
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K",
+                                  "Q4_K", "Q5_K", "Q6_K", "F16", "BF16"])
+def test_every_common_type_loads_as_gguf_dequantizes_it(wide, kind):
+    """Each weight is gguf.quants.dequantize of the file's blocks, cast to the model's dtype
+    (bit for bit); the notes say per type what was kept and what dequantized. K-quant blocks
+    are synthetic (support/gguf_writer.k_blocks): random codes, d from the float weights."""
+    loaded = load_gguf(wide(kind))
+    dtype = torch.bfloat16 if kind == "BF16" else torch.float16
+    assert loaded.model.dtype == dtype
+    params = dict(loaded.model.named_parameters(remove_duplicate=False))
+    weights = _file_weights(wide(kind), loaded)
+    assert len(weights) == 16 and {t for t, _ in weights.values()} == {kind}
+    for name, (_, values) in weights.items():
+        assert torch.equal(values.to(dtype), params[name]), name
+    assert set(loaded.file_grids) == (set(weights) if kind == "Q4_0" else set())
+    notes = {"Q4_0": ("gguf: 16 Q4_0 weights kept on the file's own grid (exact)",),
+             "Q4_1": ("gguf: 16 Q4_1 weights left to the recipe (zero points -m/d are not "
+                      "integers): quantized again from the file's values",),
+             "F16": (), "BF16": ()}
+    assert loaded.notes == notes.get(kind, (f"gguf: 16 {kind} {DEQUANTIZED}",))
+    assert torch.isfinite(_logits(loaded.model, torch.tensor([[1, 5, 9, 200]]))).all()
+
+
+def test_k_quant_mix_notes_each_type(wide):
+    """A Q4_K_M-like file: Q4_K linears, Q6_K embedding and output; one note per type."""
+    loaded = load_gguf(wide("Q4_K", embedding="Q6_K"))
+    assert loaded.file_grids == {}
+    assert loaded.notes == (f"gguf: 14 Q4_K {DEQUANTIZED}", f"gguf: 2 Q6_K {DEQUANTIZED}")
+
+
+def test_synthetic_k_blocks_follow_the_float_weights_scale():
+    """d from each block's largest |value|: the dequantized block stays within about that."""
+    from gguf import GGMLQuantizationType, quants
+
+    from support.gguf_writer import k_blocks
+
+    values = np.random.default_rng(1).normal(0, 0.05, (4, 512)).astype(np.float32)
+    for kind in ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"):
+        raw = k_blocks(values, kind, seed=3)
+        assert np.array_equal(raw, k_blocks(values, kind, seed=3))
+        weights = quants.dequantize(raw, getattr(GGMLQuantizationType, kind))
+        assert weights.shape == values.shape and np.isfinite(weights).all()
+        peak = np.abs(values.reshape(4, 2, 256)).max(-1)
+        assert (np.abs(weights.reshape(4, 2, 256)).max(-1) <= 1.01 * peak).all(), kind
+        assert weights.std() > 0.1 * values.std(), kind
 
 
 def test_q4_1_int_grid_edge_groups():
@@ -262,6 +353,34 @@ def test_a_text_file_named_gguf_is_refused(tmp_path):
                                                    "not exist; check the path")
 
 
+def test_a_type_no_python_dequantizer_reads_is_refused_in_one_line(kit):
+    from importlib.metadata import version
+
+    path = kit["gguf"]("llama", "Q8_1", embedding="F16")
+    assert _message(path) == (
+        f"{path}: 14 tensors (blk.0.attn_q.weight, ...) are stored as Q8_1, which no Python "
+        f"dequantizer reads (gguf {version('gguf')}); give a file in F32, F16, BF16, Q4_0, "
+        "Q4_1, Q5_0, Q5_1, Q8_0, Q2_K .. Q6_K")
+
+
+def test_a_type_id_gguf_does_not_know_is_refused_in_one_line(kit, tmp_path):
+    """A newer llama.cpp type: GGUFReader cannot map the id; the refusal says so."""
+    from importlib.metadata import version
+
+    from gguf import GGUFReader
+
+    path = tmp_path / "newer.gguf"
+    path.write_bytes(kit["gguf"]("llama", "Q4_0").read_bytes())
+    reader = GGUFReader(path, "r+")
+    reader.tensors[0].field.parts[-2][0] = 250    # n_dims, dims, type, offset: the type id
+    reader.data.flush()
+    del reader
+    assert _message(path) == (
+        f"{path} holds tensors of ggml type id 250, which the gguf package "
+        f"{version('gguf')} does not know; give a file in F32, F16, BF16, Q4_0, Q4_1, Q5_0, "
+        "Q5_1, Q8_0, Q2_K .. Q6_K, or upgrade gguf if a newer one reads that type")
+
+
 @pytest.mark.parametrize("architecture", ["gpt2", "made-up"])
 def test_unsupported_architecture_is_refused(tmp_path, architecture):
     path = write_header_only(tmp_path / "other.gguf", architecture)
@@ -307,3 +426,17 @@ def test_fp16_on_a_q4_0_file_exports_the_dequantized_weights(trained_q4_0, tmp_p
     assert result.returncode == 0, result.stderr[-2000:]
     (row,) = json.loads((out / "report.json").read_text())["artifacts"]
     assert abs(row["perplexity_increase"]) <= 0.005 and row["weight_bits"] == 16
+
+
+@pytest.mark.slow   # 5-16 s on two shared cores (compress, perplexity, ONNX export)
+def test_int4_on_a_q4_k_file_quantizes_the_dequantized_weights(wide, tmp_path):
+    """End to end: the int4 recipe runs on a Q4_K file (its grid is not int4's: every weight
+    is quantized again from the dequantized values) and report.json says so."""
+    import compressor as cz
+
+    result = cz.compress(str(wide("Q4_K")), recipe="int4", data="text", out_dir=tmp_path / "out",
+                         formats=("onnx",), latency=False)
+    assert result.exit_code == 0, result.report["failures"]
+    assert f"gguf: 16 Q4_K {DEQUANTIZED}" in result.report["notes"]
+    (row,) = result.report["artifacts"]
+    assert row["weight_bits"] == 4

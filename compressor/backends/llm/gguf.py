@@ -1,4 +1,4 @@
-"""A `.gguf` file (llama.cpp's format) as a LoadedLm, its 4-bit blocks kept as they are.
+"""A `.gguf` file (llama.cpp's format) as a LoadedLm, its Q4_0 blocks kept as they are.
 
 transformers reads the file (config, tokenizer, weights) and dequantizes it tensor by tensor
 straight into the model's dtype, so no float32 copy of the whole model is ever held. The
@@ -20,10 +20,13 @@ least squares) moves the weights by 7.9% of their rms (as much as Q4_1's own rou
 tensors again with GPTQ from the file's values gives KL 7.5e-4 / 2.1e-4, agreement 96.9% /
 98.8% (perplexity within +-0.2% of the file's for both). So by default Q4_1 tensors are
 left to the recipe (its algorithm starts from the file's values as loaded, in float16);
-`keep_q4_1=True` keeps the rounded grids instead. Every other type (Q8_0, K-quants, F16,
-F32) is only dequantized and quantized by the recipe as usual. Each kept grid is checked
-against the weight transformers loaded (bit for bit, in the model's dtype, on sampled rows),
-so a name or row-order mistake drops the grid (noted) instead of corrupting the model.
+`keep_q4_1=True` keeps the rounded grids instead. Every other type (Q5_0 / Q5_1, Q8_0, the
+K-quants, F16, BF16, F32) is only dequantized, and an integer recipe quantizes it as usual
+(gguf_types.py: which types load, why no other grid is kept, the one-line refusal of a type
+no Python dequantizer reads); the notes (report.json `notes`) say per type how many weights
+were kept and how many dequantized. Each kept grid is checked against the weight
+transformers loaded (bit for bit, in the model's dtype, on sampled rows), so a name or
+row-order mistake drops the grid (noted) instead of corrupting the model.
 
 Memory (a 91M-parameter Llama, Q4_0 file): the fp16 model plus the grids added 1.95x the bf16
 checkpoint size to the process's RSS when grids held 1 byte per weight; they are packed now
@@ -40,6 +43,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from compressor.backends.llm.gguf_types import (BF16, F32, FLOATS, Q4_0, Q4_1, Tally,
+                                                 refuse_unreadable, unknown_type)
 from compressor.backends.llm.model import LoadedLm, QuantizedLinear
 from compressor.decoders.families import gguf_loadable_architectures
 from compressor.errors import BackendUnavailableError, ModelLoadError, first_line
@@ -50,7 +55,6 @@ MAGIC = b"GGUF"
 # the standard blk.N.* ones mapped below. llama.cpp writes Mistral models as `llama` (they load
 # as LlamaForCausalLM: the same computation).
 ROW_PERMUTED = ("llama",)   # llama.cpp permutes attn_q / attn_k rows for these (rotary pairs)
-F32, F16, BF16 = 0, 1, 30   # ggml type ids
 _LINEAR_NAMES = {
     "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
     "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
@@ -69,6 +73,7 @@ def load_gguf(path: str | Path, dtype: Any = None, keep_q4_1: bool = False) -> L
     path = Path(path)
     reader = _open_reader(path)
     architecture = _architecture(reader, path)
+    refuse_unreadable(reader, path)
     dtype = dtype or model_dtype(reader)
     model = _load_model(path, dtype, _missed_config(reader, architecture))
     tokenizer = _load_tokenizer(path)
@@ -104,6 +109,9 @@ def _open_reader(path: Path) -> Any:
     try:
         return GGUFReader(path)
     except (ValueError, IndexError, KeyError, OSError) as exc:
+        refusal = unknown_type(exc, path) if isinstance(exc, ValueError) else None
+        if refusal is not None:
+            raise refusal from None
         raise ModelLoadError(f"{path} is a corrupt or truncated GGUF file "
                              f"({first_line(exc, 120)}); download or convert it again") from None
 
@@ -160,7 +168,8 @@ def _load_tokenizer(path: Path) -> Any:
 def file_grids(reader: Any, model: Any, architecture: str, keep_q4_1: bool = False
                ) -> tuple[dict[str, QuantizedLinear], tuple[str, ...]]:
     """Parameter name -> QuantizedLinear for the file's Q4_0 (and with `keep_q4_1`, Q4_1)
-    linear weights that transformers loaded into `model`, and notes on what was done."""
+    linear weights that transformers loaded into `model`, and notes on what was done with
+    each quantized type (kept, or dequantized for the recipe to quantize again)."""
     import compressor.backends.llm.gguf_blocks as blocks
     from compressor.backends.llm.quantize import quantized_weight_names
 
@@ -168,42 +177,25 @@ def file_grids(reader: Any, model: Any, architecture: str, keep_q4_1: bool = Fal
     # the names the quantize pass uses (a tied lm_head is named as the embedding it shares)
     canonical = {id(params[name]): name for name in quantized_weight_names(model)}
     quantized: dict[str, QuantizedLinear] = {}
-    kept = {blocks.Q4_0: 0, blocks.Q4_1: 0}
-    left_to_recipe, dropped = 0, []
+    tally = Tally()
     for tensor in reader.tensors:
         ggml_type = int(tensor.tensor_type)
         name = _param_name(tensor.name)
-        if ggml_type not in kept or name not in params or id(params[name]) not in canonical:
+        if ggml_type in FLOATS or name not in params or id(params[name]) not in canonical:
             continue
-        if ggml_type == blocks.Q4_1 and not keep_q4_1:
-            left_to_recipe += 1
+        if ggml_type not in (Q4_0, Q4_1) or (ggml_type == Q4_1 and not keep_q4_1):
+            tally.dequantized[ggml_type] += 1
             continue
         weight = params[name]
         order = _row_order(tensor.name, architecture, model.config, tensor.data.shape[0])
         codes, d, m = blocks.unpack_blocks(tensor.data, ggml_type, order)
         if not blocks.matches(codes, d, m, weight):
-            dropped.append(tensor.name)
+            tally.dropped.append(tensor.name)
             continue
         grid = blocks.q40_grid(codes, d) if m is None else blocks.q41_on_int_grid(codes, d, m)
         quantized[canonical[id(weight)]] = grid
-        kept[ggml_type] += 1
-    return quantized, _notes(kept[blocks.Q4_0], kept[blocks.Q4_1], left_to_recipe, dropped)
-
-
-def _notes(q4_0: int, q4_1: int, left_to_recipe: int, dropped: list[str]) -> tuple[str, ...]:
-    notes = []
-    if q4_0:
-        notes.append(f"gguf: {q4_0} Q4_0 weights kept on the file's own grid (exact)")
-    if q4_1:
-        notes.append(f"gguf: {q4_1} Q4_1 weights kept with their zero points rounded to "
-                     "integers")
-    if left_to_recipe:
-        notes.append(f"gguf: {left_to_recipe} Q4_1 weights left to the recipe (zero points "
-                     "-m/d are not integers): quantized again from the file's values")
-    if dropped:
-        notes.append(f"gguf: {len(dropped)} 4-bit tensors did not match the loaded weights "
-                     f"and are quantized again ({', '.join(dropped[:3])})")
-    return tuple(notes)
+        tally.kept[ggml_type] += 1
+    return quantized, tally.notes()
 
 
 def _param_name(gguf_name: str) -> str | None:
