@@ -70,6 +70,12 @@ def _partition(costs: list[int], k: int, first: int, last: int) -> list[tuple[in
     return ranges[::-1]
 
 
+def partition(costs: list[int], k: int, first: int, last: int) -> list[tuple[int, int]]:
+    """The stages' (first_layer, last_layer) for per-layer `costs` (also an artifact's measured
+    bytes: compress split), stage 0 carrying `first` more, the last stage `last`."""
+    return _partition(costs, k, first, last)
+
+
 def split_plan(shape: ModelShape, layout: Layout, profile: DeviceProfile, devices: int,
                context: int, batch: int, kv_dtype: str | None) -> Split:
     kv_bytes = kv_bytes_of(layout, kv_dtype)
