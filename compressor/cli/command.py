@@ -8,7 +8,8 @@ from pathlib import Path
 
 from compressor.cli.guard import Parser, debug_requested, guarded
 
-SUBCOMMANDS = ("recipes", "inspect", "eval", "devices", "sweep", "plan", "generate", "report")
+SUBCOMMANDS = ("recipes", "inspect", "eval", "devices", "sweep", "plan", "generate", "report",
+               "split", "stage")
 
 EPILOG = """\
 other commands:
@@ -22,6 +23,10 @@ other commands:
                                           will an LLM fit, at which recipe, how fast (from shapes)
   compress generate ARTIFACT --prompt TEXT [--max-new-tokens N] [--chat]
                                           text from an LLM artifact, streamed, then tokens/s
+  compress split MODEL_ONNX_DIR --devices K [--out DIR]   K pipeline stages (one per board),
+                                          checked against the unsplit model
+  compress stage SPLIT_DIR --rank K --master HOST:PORT    serve one stage on a board (rank 0:
+                                          compress generate SPLIT_DIR --master HOST:PORT)
 
 exit codes: 0 passed, 1 internal error (a bug: rerun with --debug for the traceback),
   2 bad input, 3 accuracy gate failed, 4 device budget exceeded, 130/143 interrupted

@@ -18,8 +18,20 @@ from compressor.core.tensors import is_named, rows, specs_of
 def run(command: str, argv: list[str]) -> int:
     commands = {"recipes": _recipes, "inspect": _inspect, "eval": _eval, "devices": _devices,
                 "sweep": _sweep, "plan": run_plan, "generate": generate,
-                "report": report}
+                "report": report, "split": _split, "stage": _stage}
     return commands[command](argv)
+
+
+def _split(argv: list[str]) -> int:
+    from compressor.cli.split import split
+
+    return split(argv)
+
+
+def _stage(argv: list[str]) -> int:
+    from compressor.cli.split import stage
+
+    return stage(argv)
 
 
 def _recipes(argv: list[str]) -> int:

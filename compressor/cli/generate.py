@@ -31,6 +31,8 @@ def generate(argv: list[str]) -> int:
     parser.add_argument("--chat", action="store_true",
                         help="wrap the prompt in the tokenizer's chat template")
     parser.add_argument("--threads", type=int, help="runtime threads [default: all cores]")
+    parser.add_argument("--master", help="a split folder (compress split) over boards: HOST:PORT "
+                        "this rank 0 listens on for `compress stage` [default: all stages here]")
     args = parser.parse_args(argv)
     if not args.prompt.strip():
         raise DataError("--prompt is empty; give the text to continue, e.g. --prompt \"Once upon\"")
@@ -39,9 +41,25 @@ def generate(argv: list[str]) -> int:
     if not args.artifact.exists():
         raise ModelLoadError(f"{args.artifact} does not exist; give the model-onnx folder or "
                              "the .tflite file a compress run wrote")
+    runtime = _open_runtime(args)
+    try:
+        return _generate(args, runtime)
+    finally:
+        getattr(runtime, "close", lambda: None)()
+
+
+def _open_runtime(args):
+    """The artifact's LM runtime; a split folder's (split.json) runs its stages over gloo."""
+    if (args.artifact / "split.json").is_file():
+        from compressor.runtimes.split_lm import SplitLm
+
+        return SplitLm(args.artifact, threads=args.threads, master=args.master)
     from compressor.runtimes.lm import open_lm_runtime
 
-    runtime = open_lm_runtime(args.artifact, threads=args.threads)
+    return open_lm_runtime(args.artifact, threads=args.threads)
+
+
+def _generate(args, runtime) -> int:
     tokenizer, settings = _tokenizer(runtime, args.artifact)
     text = _chat_prompt(args.prompt, settings) if args.chat else args.prompt
     ids = tokenizer.encode(text, add_special_tokens=not args.chat).ids
