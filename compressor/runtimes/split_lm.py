@@ -18,8 +18,8 @@ import numpy as np
 from compressor.errors import DataError
 from compressor.runtimes.common import default_threads
 from compressor.runtimes.split_launch import Stages, StageError
-from compressor.runtimes.split_stages import (OP_RUN, OP_STATS, OP_STOP, STATS_SPEC, WANT_LOGITS,
-                                              WANT_TOKEN, WANT_TOKEN_NO_EOS, Counters, open_stage,
+from compressor.runtimes.split_stages import (OP_RUN, OP_STATS, OP_STOP, STATS_KEYS, STATS_SPEC,
+                                              WANT_LOGITS, WANT_TOKEN, WANT_TOKEN_NO_EOS, Counters, open_stage,
                                               read_split, recv_tensors, send_header, send_tensors)
 
 NAME = "onnxruntime, split (gloo)"
@@ -137,8 +137,7 @@ class SplitLm:
         rows = [self.counters.as_array()]
         for rank in range(1, self.world):
             rows.append(recv_tensors([STATS_SPEC], (), rank)["stats"])
-        keys = ("peak_rss_bytes", "rss_loaded_bytes", "sent_bytes", "sent_tokens")
-        return [dict(zip(keys, (int(v) for v in row))) for row in rows]
+        return [dict(zip(STATS_KEYS, (int(v) for v in row))) for row in rows]
 
     def speed(self, prefill_tokens: int = 512, decode_tokens: int = 64) -> dict:
         """Measured in a child process that is rank 0 itself (runtimes/split_speed.py)."""

@@ -26,7 +26,8 @@ from compressor.errors import ModelLoadError
 
 OP_STOP, OP_RUN, OP_STATS = 0, 1, 2
 WANT_LOGITS, WANT_TOKEN, WANT_TOKEN_NO_EOS = 0, 1, 2
-STATS_SPEC = {"name": "stats", "dtype": "float64", "shape": [4]}
+STATS_SPEC = {"name": "stats", "dtype": "float64", "shape": [5]}
+STATS_KEYS = ("peak_rss_bytes", "rss_imported_bytes", "rss_loaded_bytes", "sent_bytes", "sent_tokens")
 HEADER = 5
 NUMPY = {"float64": np.float64, "float32": np.float32, "float16": np.float16, "int64": np.int64, "int32": np.int32}
 PEER_LOST = 3            # a stage's exit code when its neighbour went away
@@ -145,19 +146,23 @@ def recv_header(src: int) -> list[int]:
 
 
 class Counters:
-    """What a stage measures: bytes it sent down the chain, tokens it passed on, peak RSS."""
+    """What a stage measures: its peak RSS, that once torch and onnxruntime are imported (what
+    any stage process costs before its model) and once its session is loaded, the activation
+    bytes it sent down the chain and the tokens it passed on."""
 
     def __init__(self):
+        import onnxruntime  # noqa: F401  (the imports every stage pays for, measured here)
+        import torch.distributed  # noqa: F401
+
         from compressor.core.memory import own_peak_rss_bytes
 
-        self.sent_bytes = 0
-        self.sent_tokens = 0
-        self.rss_loaded = 0
         self.peak = own_peak_rss_bytes
+        self.rss_imported = own_peak_rss_bytes()
+        self.rss_loaded = self.sent_bytes = self.sent_tokens = 0
 
     def as_array(self) -> np.ndarray:
-        return np.array([self.peak(), self.rss_loaded, self.sent_bytes, self.sent_tokens],
-                        np.float64)
+        return np.array([self.peak(), self.rss_imported, self.rss_loaded, self.sent_bytes,
+                         self.sent_tokens], np.float64)
 
 
 def serve(stage: StageModel, split: dict, rank: int, counters: Counters) -> None:
