@@ -155,6 +155,11 @@ class SchemeExporter:
 
         return formats_of(self.name)
 
+    def trains_step(self, step: StepConfig) -> bool:
+        """Whether this kind runs a training `step` itself without a user-loop training stack
+        (a language model's int4 QAT); a kind with a training loop runs them all."""
+        return False
+
     def export(self, state: ModelState, fmt: str, path: Path, ctx: Context) -> Path:
         from compressor.errors import BackendUnavailableError, ModelLoadError
         from compressor.export import FORMATS

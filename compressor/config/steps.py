@@ -57,6 +57,9 @@ class TrainingConfig(StepConfig):
     early_stop: int | None = Field(None, ge=1, description="stop after this many epochs "
                                                            "without a better val metric")
     batch_size: int = Field(32, ge=1, description="fine-tuning batch size, e.g. 32")
+    precision: Literal["fp32", "bf16"] = Field(
+        "fp32", description="fp32, or bf16: the training step's forward and backward in "
+        "bfloat16 (autocast; the weights and optimizer state stay float32 master copies)")
 
     @property
     def trains(self) -> bool:

@@ -25,9 +25,10 @@ class Progress:
 
     @contextlib.contextmanager
     def task(self, description: str, total: int) -> Iterator[Callable[[int], None]]:
-        """Yields `advance(n)`; shows a bar with a time estimate unless quiet."""
+        """Yields `advance(n, status=None)`; shows a bar with a time estimate unless quiet
+        (`status`: shown after the description from then on, e.g. the running loss)."""
         if self.quiet or total <= 0:
-            yield lambda n=1: None
+            yield lambda n=1, status=None: None
             return
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress as Bar,
                                    TextColumn, TimeElapsedColumn, TimeRemainingColumn)
@@ -36,7 +37,8 @@ class Progress:
                    TimeElapsedColumn(), TimeRemainingColumn())
         with Bar(*columns, console=self._console(), transient=False) as bar:
             task_id = bar.add_task(description, total=total)
-            yield lambda n=1: bar.advance(task_id, n)
+            yield lambda n=1, status=None: bar.update(
+                task_id, advance=n, description=f"{description} {status}" if status else None)
 
     def _console(self):
         from rich.console import Console

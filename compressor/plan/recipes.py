@@ -43,7 +43,8 @@ class PlannedRecipe:
 def lm_scheme(recipe: Recipe) -> Scheme | None:
     """The scheme a language model is written in under `recipe` (None: a step trains it,
     which the language-model route refuses)."""
-    if any(step.trains or step.kind in ("prune", "distill") for step in recipe.steps):
+    if any(step.kind in ("prune", "distill") or (step.trains and step.kind != "quantize")
+           for step in recipe.steps):
         return None
     for step in recipe.steps:
         if step.kind == "precision":

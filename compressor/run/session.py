@@ -143,5 +143,5 @@ def _refuse_training_steps(backend: Backend, recipe: Recipe) -> None:
     from compressor.backends.post_training import training_refused
 
     for index, step in enumerate(recipe.steps):
-        if step.trains:
+        if step.trains and not backend.trains_step(step):
             raise training_refused(backend, index, step)

@@ -170,3 +170,31 @@ class Int4WeightOnly(Scheme):
 
 
 FLOAT32 = Float32()
+
+
+@register_scheme
+@dataclass(frozen=True)
+class Int4Qat(Int4WeightOnly):
+    """A language model's int4 weight-only integers fine-tuned with fake quantization (`int4_qat`):
+    the `int4` integers as the starting point, trained on the recipe's text with the original
+    model as teacher (KL of its next-token distribution), a straight-through gradient; stored
+    as `int4` stores its integers (the trained ones, rounded nowhere else)."""
+
+    name: ClassVar[str] = "qat"
+    method: ClassVar[str] = "qat"
+    trains: ClassVar[bool] = True
+    learn_scales: bool = key(
+        True, "train each group's scale too (bfloat16-exact in the forward, as stored); false: "
+        "the starting scales stay")
+    temperature: float = key(1.0, "the teacher's and student's softmax temperature", gt=0)
+    hard_weight: float = key(
+        0.0, "weight of the next-token cross-entropy beside the teacher's KL (0: KL only)",
+        ge=0.0, le=1.0)
+    calibration_windows: int | None = key(
+        128, "language models: training windows of validate.window tokens each (the same "
+        "calibration text the starting int4 integers are chosen on)", ge=1, le=4096)
+    training: Any = None
+
+    @classmethod
+    def from_step(cls, step: Any) -> Scheme:
+        return dataclasses.replace(super().from_step(step), training=step)

@@ -14,17 +14,13 @@ gguf = pytest.importorskip("gguf")
 pytest.importorskip("xllamacpp")
 
 import compressor as cz  # noqa: E402
-from compressor.backends.llm import gguf_blocks, gguf_pack, grid  # noqa: E402
+from compressor.backends.llm import gguf_pack, grid  # noqa: E402
 from compressor.backends.llm.gguf_write import write_gguf_model  # noqa: E402
 from compressor.backends.llm.load import load_lm  # noqa: E402
 from compressor.backends.llm.quantize import WeightOnlyPlan, quantize_lm  # noqa: E402
 from compressor.runtimes.llamacpp import LlamaCppLm  # noqa: E402
 from compressor.schemes import Int4WeightOnly  # noqa: E402
-
-
-def _blocks(reader, name: str) -> tuple[int, np.ndarray]:
-    tensor = next(t for t in reader.tensors if t.name == name)
-    return int(tensor.tensor_type), np.asarray(tensor.data)
+from support.gguf_readback import assert_holds  # noqa: E402
 
 
 def test_q4_0_and_q8_0_hold_our_integers_exactly(random_lm_dir, tmp_path):
@@ -42,38 +38,7 @@ def test_q4_0_and_q8_0_hold_our_integers_exactly(random_lm_dir, tmp_path):
     ctx = Context(data=Data(), progress=Progress(quiet=True), workdir=tmp_path, context=128)
     state = ModelState(model=loaded.with_quantized(quantized), scheme=Int4WeightOnly())
     path = write_gguf_model(state, Int4WeightOnly(), tmp_path / "model.gguf", ctx)
-    reader = gguf.GGUFReader(str(path))
-    config = loaded.config
-    checked = 0
-    for hf_name, ours in quantized.items():
-        gguf_name = hf_name.replace("model.layers.", "blk.").replace("self_attn.q_proj", "attn_q") \
-            .replace("self_attn.k_proj", "attn_k").replace("self_attn.v_proj", "attn_v") \
-            .replace("self_attn.o_proj", "attn_output").replace("mlp.gate_proj", "ffn_gate") \
-            .replace("mlp.up_proj", "ffn_up").replace("mlp.down_proj", "ffn_down") \
-            .replace("model.embed_tokens", "token_embd")
-        kind, raw = _blocks(reader, gguf_name)
-        heads = {"attn_q": config.num_attention_heads, "attn_k": config.num_key_value_heads}
-        order = next((gguf_blocks.unpermute_rows(raw.shape[0], h) for key, h in heads.items()
-                      if f".{key}." in gguf_name), None)
-        if order is not None:
-            raw = raw[order.numpy()]
-        n, k = ours.shape
-        if ours.bits == 4:
-            assert kind == gguf_pack.Q4_0
-            codes, d, _ = gguf_blocks.unpack_blocks(raw, gguf_pack.Q4_0)
-            assert torch.equal(codes, ours.q)
-            # the scales too (a block of zeros, the padding token's row, is stored with d = 0)
-            assert torch.equal(gguf_blocks.exact_weight(codes, d, None), ours.dequantize())
-        else:
-            assert kind == gguf_pack.Q8_0
-            blocks = raw.reshape(n, k // 32, 34)
-            codes = blocks[..., 2:].view(np.int8).reshape(n, k).astype(np.int16) + 128
-            assert np.array_equal(codes, ours.q.numpy())
-            d = np.ascontiguousarray(blocks[..., :2]).view(np.float16)[..., 0]
-            assert np.array_equal(d.astype(np.float32), ours.scales.numpy()[:, :1].repeat(k // 32, 1))
-            assert not (codes == 128).all()
-        checked += 1
-    assert checked == len(quantized) == 15
+    assert assert_holds(path, quantized, loaded.config) == 15
 
 
 def test_a_scale_float16_cannot_hold_is_written_f16_and_other_grids_rounded_again():

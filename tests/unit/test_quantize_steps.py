@@ -29,14 +29,14 @@ def _quantize(**keys) -> dict:
 
 def test_a_key_of_another_scheme_names_the_key_and_the_scheme_it_belongs_to():
     assert _error(_quantize(mode="ptq", group_size=64)) == (
-        "mine.yaml: steps.0.group_size is not a key of int8 ptq steps but of int4 weight_only "
-        "ones: remove it, or give that mode and dtype (int8 ptq keys: pass, mode, dtype, "
+        "mine.yaml: steps.0.group_size is not a key of int8 ptq steps but of int4 weight_only / "
+        "int4 qat ones: remove it, or give that mode and dtype (int8 ptq keys: pass, mode, dtype, "
         "calibration_samples, io_dtype, fallback, fallback_dtype, max_float_layers, "
         "calibration_windows)")
     assert "steps.0.fallback is not a key of int4 weight_only steps but of int8 " in _error(
         _quantize(mode="weight_only", dtype="int4", fallback="auto"))
     # training keys are a training scheme's: qat's
-    assert "steps.0.epochs is not a key of int8 ptq steps but of int8 qat ones" in _error(
+    assert "steps.0.epochs is not a key of int8 ptq steps but of int8 qat / int4 qat ones" in _error(
         _quantize(mode="ptq", epochs=3))
 
 

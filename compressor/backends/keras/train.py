@@ -53,6 +53,10 @@ def fine_tune(build_model: Callable[[], Any], reference: Any, config: TrainingCo
     tf_keras = import_tf_keras()
     if config.epochs == 0:
         return build_model()
+    if getattr(config, "precision", "fp32") == "bf16":
+        ctx.progress.info(f"warning: {description}: precision bf16 is not applied to Keras "
+                          "models (tfmot's pruning and fake-quant wrappers train in float32); "
+                          "this step trains in float32")
     x, y = training_inputs(ctx, description)
     x = _keyed_by_input(reference, x)
     distill = distill if distill is not None and distill.guides(config) else None

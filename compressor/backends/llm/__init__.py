@@ -22,9 +22,10 @@ PREDICT_BATCH = 4   # windows per forward pass: [4, T, vocab] float32 logits at 
 class LlmBackend(SchemeExporter):
     name = "llm"
     task = "lm"
-    training_refusal = ("compressor does not fine-tune language models: step {number} `{step}`"
-                        "{mode} trains the model; use int4, int8 or fp16 (weight-only, "
-                        "calibrated on text, no training)")
+    training_refusal = ("compressor does not {step} language models: step {number} `{step}`"
+                        "{mode} trains the model in a way only classifier models are trained; "
+                        "language models train in int4_qat (mode qat, dtype int4), or use int4, "
+                        "int8 or fp16 (weight-only, calibrated on text)")
     image_layout = "NCHW"   # unused: language models read text
 
     def load(self, source: Any, *, weights: str | None = None, trust_pickle: bool = False,
@@ -36,6 +37,12 @@ class LlmBackend(SchemeExporter):
             raise ModelLoadError("--weights is for PyTorch state_dicts; a language model's "
                                  "weights come with its folder (save_pretrained) or .gguf file")
         return load_lm(source, tokenizer)
+
+    def trains_step(self, step: Any) -> bool:
+        """int4 QAT (backends/llm/qat.py) is the language model's training step."""
+        from compressor.schemes import Int4Qat
+
+        return isinstance(getattr(step, "scheme", None), Int4Qat)
 
     def clone(self, model: LoadedLm) -> LoadedLm:
         # No copy (a 7B model would need twice the memory): passes never write into the

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compressor.errors import BackendUnavailableError
-from compressor.schemes import (Float16, Float32, Int4WeightOnly, Int8WeightOnly, Scheme,
-                                apply_handler, export_handler)
+from compressor.schemes import (Float16, Float32, Int4Qat, Int4WeightOnly, Int8WeightOnly,
+                                Scheme, apply_handler, export_handler)
 
 if TYPE_CHECKING:
     from compressor.core.context import Context, ModelState
@@ -58,6 +58,21 @@ def _int4(backend: Any, state: ModelState, scheme: Int4WeightOnly, ctx: Context)
 @apply_handler(Int8WeightOnly, KIND)
 def _int8(backend: Any, state: ModelState, scheme: Int8WeightOnly, ctx: Context) -> ModelState:
     return _quantized(state, weight_only_plan(scheme, state.model), ctx)
+
+
+@apply_handler(Int4Qat, KIND)
+def _int4_qat(backend: Any, state: ModelState, scheme: Int4Qat, ctx: Context) -> ModelState:
+    """int4's integers, then fine-tuned with fake quantization (backends/llm/qat.py)."""
+    from compressor.backends.llm.qat import train
+
+    started = _quantized(state, weight_only_plan(scheme, state.model), ctx)
+    trained, facts = train(state.model, started.model.quantized, ctx.data.train[0], scheme,
+                               ctx.progress)
+    ctx.progress.info(f"int4 QAT: {facts['steps']} steps in {facts['seconds']:.0f} s "
+                      f"({facts['tokens_per_s']:,.0f} tokens/s, {facts['precision']}), loss "
+                      f"{facts['loss_first']:.4f} -> {facts['loss_last']:.4f}")
+    ctx.record.add_note("training", facts)
+    return state.replace(model=state.model.with_quantized(trained))
 
 
 def _quantized(state: ModelState, plan: Any, ctx: Context) -> ModelState:

@@ -166,10 +166,18 @@ class LoadedLm:
 
     def dequantized_state_dict(self) -> dict[str, Any]:
         """The model's state_dict with every quantized weight replaced by what the artifact
-        computes with (for the torch reference of a quantized model and float routes)."""
+        computes with (for the torch reference of a quantized model and float routes); a tied
+        table's second name (the lm_head's) gets the same values, or loading it would put the
+        float table back."""
         state = dict(self.model.state_dict())
+        aliases: dict[int, list[str]] = {}
+        for name, param in self.model.named_parameters(remove_duplicate=False):
+            aliases.setdefault(id(param), []).append(name)
+        params = dict(self.model.named_parameters(remove_duplicate=False))
         for name, weight in self.quantized.items():
-            state[name] = weight.parameter().to(state[name].dtype)
+            values = weight.parameter().to(state[name].dtype)
+            for alias in aliases.get(id(params.get(name)), [name]):
+                state[alias] = values
         return state
 
 

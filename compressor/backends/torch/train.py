@@ -106,6 +106,8 @@ def fine_tune(model: torch.nn.Module, config: TrainingConfig, ctx: Context, desc
     if features is not None:
         setup = features.attach(setup)
     total = len(setup.loader) * config.epochs
+    # precision: bf16: forward and loss under bfloat16 autocast, float32 weights (master copies)
+    bf16 = getattr(config, "precision", "fp32") == "bf16"
     judge = EpochJudge(model, ctx, config, start_history(ctx, description), set_mode,
                        Outputs(ctx.output_index).of, parallel=setup.sampler is not None)
     step = 0
@@ -120,9 +122,11 @@ def fine_tune(model: torch.nn.Module, config: TrainingConfig, ctx: Context, desc
             for batch in setup.loader:
                 set_lr(setup.optimizer, lr_at(step, total, config))
                 setup.optimizer.zero_grad(set_to_none=True)
-                outputs = setup.model(*batch[:len(inputs)])
-                loss = setup.loss(selected_output(outputs, ctx.output_index), *batch[len(inputs):])
-                loss.backward()
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                    outputs = setup.model(*batch[:len(inputs)])
+                    loss = setup.loss(selected_output(outputs, ctx.output_index),
+                                      *batch[len(inputs):])
+                loss.float().backward()
                 setup.optimizer.step()
                 losses.append(loss.detach())
                 step += 1

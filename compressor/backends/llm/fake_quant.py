@@ -1,0 +1,109 @@
+"""Fake quantization of a language model's weight matrices, bit-exactly the grid its artifacts
+store (int4 QAT, qat.py): each quantized matrix's forward is (clamp(round(w / s) + z) - z) * s
+per group, with s rounded to bfloat16 as the exported scales are, and a straight-through
+gradient (the rounding passes the gradient on unchanged; a clamped weight gets none).
+
+The latent weight starts at the starting integers' values (the PTQ result: the clip search's
+scales and GPTQ's integers), so before any step the forward is exactly the `int4` model.
+`learn_scales`: the group scales are parameters too (their gradient through the straight-through
+rounding, as LSQ trains them). `integers()` reads the trained integers back: the same
+computation as the forward, so what was trained is what is stored.
+"""
+from __future__ import annotations
+
+import torch
+from torch.nn.utils import parametrize
+
+from compressor.backends.llm.model import QuantizedLinear
+
+SCALE_FLOOR = 2.0 ** -14   # a learned scale never reaches 0 (or a float16 subnormal: GGUF)
+
+
+def _round_ste(x: torch.Tensor) -> torch.Tensor:
+    return x + (torch.round(x) - x).detach()
+
+
+def _stored_ste(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`x` as `dtype` holds it in the forward (the scale the artifact stores), gradient as is."""
+    return x + (x.to(dtype).to(x.dtype) - x).detach()
+
+
+class FakeQuant(torch.nn.Module):
+    """The parametrization of one [N, K] weight (or its transpose: `transposed`)."""
+
+    def __init__(self, start: QuantizedLinear, learn_scales: bool):
+        super().__init__()
+        self.bits, self.group, self.transposed = start.bits, start.group_size, start.transposed
+        self.register_buffer("zeros", start.zeros.to(torch.float32))
+        self.scales = torch.nn.Parameter(start.scales.to(torch.float32).clone(),
+                                         requires_grad=learn_scales)
+        # int4 scales are bfloat16 as every runtime stores them; an int4 recipe's int8 rows
+        # (grid.int8_rows) float16, as GGUF's Q8_0 holds them
+        self.scale_dtype = torch.bfloat16 if self.bits == 4 else torch.float16
+
+    def _scales(self) -> torch.Tensor:
+        return _stored_ste(self.scales.clamp(min=SCALE_FLOOR), self.scale_dtype)
+
+    def codes(self, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(codes [N, K/g, g] as floats, the scales used [N, K/g, 1]) of the latent `weight`."""
+        w = weight.transpose(-2, -1) if self.transposed else weight
+        n, k = w.shape
+        groups = w.reshape(n, k // self.group, self.group).to(torch.float32)
+        scales = self._scales()[..., None]
+        q = torch.clamp(_round_ste(groups / scales) + self.zeros[..., None], 0, 2 ** self.bits - 1)
+        return q, scales
+
+    def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        q, scales = self.codes(weight)
+        values = ((q - self.zeros[..., None]) * scales).reshape(q.shape[0], -1).to(weight.dtype)
+        return values.transpose(-2, -1) if self.transposed else values
+
+    @torch.no_grad()
+    def integers(self, weight: torch.Tensor) -> QuantizedLinear:
+        q, scales = self.codes(weight)
+        made = QuantizedLinear(q.reshape(q.shape[0], -1).to(torch.uint8),
+                               scales[..., 0].contiguous(), self.zeros.to(torch.uint8),
+                               self.bits, self.group)
+        return QuantizedLinear.from_packed(made.packed, made.scales, made.zeros, self.bits,
+                                           self.group, transposed=self.transposed)
+
+
+def attach(model: torch.nn.Module, start: dict[str, QuantizedLinear], learn_scales: bool
+           ) -> dict[str, FakeQuant]:
+    """Fake-quantize every parameter in `start` (its latent values set to the starting
+    integers' weights); a tied table is one parameter read by two modules, so both get the same
+    parametrization. Returns parameter name -> its FakeQuant."""
+    owners: dict[int, list[tuple[torch.nn.Module, str]]] = {}
+    for module in model.modules():
+        for attribute, param in module.named_parameters(recurse=False):
+            owners.setdefault(id(param), []).append((module, attribute))
+    params = dict(model.named_parameters(remove_duplicate=False))
+    attached = {}
+    for name, weight in start.items():
+        if weight.experts is not None:
+            raise ValueError(f"{name}: stacked experts are not fake-quantized")
+        param = params[name]
+        with torch.no_grad():
+            param.copy_(weight.parameter().to(param.dtype))
+        fake = FakeQuant(weight, learn_scales)
+        for module, attribute in owners[id(param)]:
+            parametrize.register_parametrization(module, attribute, fake, unsafe=True)
+        attached[name] = fake
+    return attached
+
+
+def detach(model: torch.nn.Module, attached: dict[str, FakeQuant]) -> dict[str, QuantizedLinear]:
+    """The trained integers of every fake-quantized parameter, the parametrizations removed
+    (the model's float weights are then the latent ones, not used by any artifact)."""
+    found = {}
+    for module in list(model.modules()):
+        if not parametrize.is_parametrized(module):
+            continue
+        for attribute in list(module.parametrizations.keys()):
+            fake = module.parametrizations[attribute][0]
+            latent = module.parametrizations[attribute].original
+            for name, candidate in attached.items():
+                if candidate is fake and name not in found:
+                    found[name] = fake.integers(latent)
+            parametrize.remove_parametrizations(module, attribute, leave_parametrized=False)
+    return found

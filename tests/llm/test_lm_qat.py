@@ -1,0 +1,123 @@
+"""int4 QAT for language models (`int4_qat`, backends/llm/qat.py, fake_quant.py): the fake-quant
+forward is the stored grid, the trained integers are what every artifact stores (read back from
+the .gguf), the run ends closer to the float model than `int4`, and bf16 training runs."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("xllamacpp")
+
+import compressor as cz  # noqa: E402
+from compressor.backends.llm import fake_quant  # noqa: E402
+from compressor.backends.llm.load import load_lm  # noqa: E402
+from compressor.backends.llm.quantize import WeightOnlyPlan, quantize_lm  # noqa: E402
+from compressor.config.steps import QuantizeConfig  # noqa: E402
+from compressor.core.progress import Progress  # noqa: E402
+from compressor.tasks.lm.text_data import TextData  # noqa: E402
+from support.gguf_readback import assert_holds  # noqa: E402
+
+START = WeightOnlyPlan(bits=4, group_size=32, algorithm="rtn", symmetric=True)
+
+
+def test_the_fake_quant_forward_is_the_stored_grid(random_lm_dir):
+    """Before any step the student computes exactly the int4 model; the integers read back
+    are the starting ones; after steps they are what the forward computes with."""
+    import copy
+
+    loaded = load_lm(random_lm_dir("llama"))
+    start = quantize_lm(loaded, START, None)
+    student = copy.deepcopy(loaded.model)
+    attached = fake_quant.attach(student, start, learn_scales=True)
+    reference = copy.deepcopy(loaded.model)
+    reference.load_state_dict(loaded.with_quantized(start).dequantized_state_dict())
+    ids = torch.randint(4, 500, (2, 24))
+    with torch.no_grad():
+        assert torch.equal(student(input_ids=ids).logits, reference(input_ids=ids).logits)
+    head = student.get_output_embeddings()
+    assert torch.equal(head.weight, student.get_input_embeddings().weight)   # still tied
+    optimizer = torch.optim.SGD([p for p in student.parameters() if p.requires_grad], lr=1.0)
+    student(input_ids=ids).logits.square().sum().backward()
+    optimizer.step()
+    with torch.no_grad():
+        computed = {name: module.weight.clone() for name, module in (
+            ("model.layers.0.self_attn.q_proj.weight", student.model.layers[0].self_attn.q_proj),
+            ("model.embed_tokens.weight", student.model.embed_tokens))}
+    trained = fake_quant.detach(student, attached)
+    assert set(trained) == set(start)
+    moved = sum(int((trained[n].q != start[n].q).sum()) for n in start)
+    assert moved > 0
+    for name, weight in computed.items():
+        assert torch.equal(trained[name].dequantize(), weight)   # what the forward used
+        assert torch.equal(trained[name].scales, trained[name].scales.to(torch.bfloat16).float())
+
+
+def _scheme(**training):
+    step = QuantizeConfig(**{"mode": "qat", "dtype": "int4", "epochs": 1, "batch_size": 4,
+                             "lr": 2e-4, **training})
+    return step.scheme
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_trained_integers_are_what_the_gguf_stores(precision, random_lm_dir, tmp_path):
+    from compressor.backends.llm.gguf_write import write_gguf_model
+    from compressor.backends.llm.qat import train
+    from compressor.core.context import Context, Data, ModelState
+
+    loaded = load_lm(random_lm_dir("llama"))
+    windows = TextData(calibration_windows=8, window=64).windows(loaded.tokenizer)[0]
+    scheme = _scheme(precision=precision)
+    start = quantize_lm(loaded, START, None)
+    trained, facts = train(loaded, start, windows, scheme, Progress(quiet=True))
+    assert facts["precision"] == precision and facts["steps"] == 2 and facts["tokens"] == 512
+    assert facts["peak_rss_bytes"] > 0 and facts["seconds"] > 0
+    assert any(not torch.equal(trained[n].q, start[n].q) for n in start)
+    ctx = Context(data=Data(), progress=Progress(quiet=True), workdir=tmp_path, context=64)
+    state = ModelState(model=loaded.with_quantized(trained), scheme=scheme)
+    path = write_gguf_model(state, scheme, tmp_path / "model.gguf", ctx)
+    assert assert_holds(path, trained, loaded.config) == len(start)
+
+
+def test_too_little_text_is_refused_before_training(random_lm_dir):
+    from compressor.backends.llm.qat import train
+    from compressor.errors import DataError
+
+    loaded = load_lm(random_lm_dir("llama"))
+    windows = TextData(calibration_windows=4, window=32).windows(loaded.tokenizer)[0]
+    with pytest.raises(DataError, match="at least 8 training windows"):
+        train(loaded, quantize_lm(loaded, START, None), windows, _scheme(), Progress(quiet=True))
+
+
+@pytest.mark.slow
+def test_int4_qat_ends_closer_to_float_than_int4_in_every_format(trained_lm_dir, tmp_path):
+    rows = {}
+    for recipe, formats in (("int4", ("gguf",)), ("int4_qat", ("onnx", "tflite", "gguf"))):
+        result = cz.compress(str(trained_lm_dir), recipe=recipe, data="text", latency=False,
+                             out_dir=tmp_path / recipe, formats=formats)
+        assert result.exit_code == 0, result.report["failures"]
+        rows[recipe] = {row["format"]: row for row in result.report["artifacts"]}
+        if recipe == "int4_qat":
+            training = result.report["training"]
+    ptq, qat = rows["int4"]["gguf"], rows["int4_qat"]
+    print({k: round(v["perplexity_increase"], 5) for k, v in qat.items()}, ptq["perplexity_increase"])
+    assert qat["gguf"]["perplexity_increase"] <= 0.7 * ptq["perplexity_increase"]
+    assert qat["gguf"]["size_bytes"] == pytest.approx(ptq["size_bytes"], rel=0.005)
+    # one set of integers: the three runtimes agree on it
+    increases = [row["perplexity_increase"] for row in qat.values()]
+    assert max(increases) - min(increases) <= 0.003
+    assert training["loss_last"] < training["loss_first"]
+    assert training["precision"] == "fp32" and training["steps"] > 0
+
+
+def test_int4_qat_is_listed_and_planned_like_int4():
+    from compressor.plan import plan
+
+    names = [r.name for r in cz.list_recipes()] if hasattr(cz, "list_recipes") else None
+    if names is not None:
+        assert "int4_qat" in names
+    plans = {p["recipe"]: p for p in plan("llama-3.1-8b", target="jetson-orin-nx-8gb",
+                                          context=1024, recipes=["int4", "int4_qat"])["plans"]}
+    assert plans["int4_qat"]["weights_bytes"] == plans["int4"]["weights_bytes"]
+    assert dataclasses.is_dataclass(_scheme())
