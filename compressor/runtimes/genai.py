@@ -19,7 +19,6 @@ from compressor.runtimes.common import default_threads
 
 NAME = "onnxruntime-genai"
 CONFIG = "genai_config.json"
-PREDICT_BATCH = 4            # windows per session.run: [4, T, vocab] float32 logits at a time
 ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
 
 
@@ -135,22 +134,9 @@ class GenaiLm:
     def predict(self, windows: np.ndarray) -> dict[str, np.ndarray]:
         """next_token int64 [N, T] (argmax at each position), token_logprob float64 [N, T-1]
         (log-softmax probability of windows[:, 1:] given the prefix)."""
-        windows = np.asarray(windows, dtype=np.int64)
-        if windows.ndim != 2 or windows.shape[1] < 2:
-            raise DataError(f"predict takes token windows [N, T >= 2], got shape {windows.shape}")
-        if windows.shape[1] > self.context:
-            raise DataError(f"windows of {windows.shape[1]} tokens do not fit the artifact's "
-                            f"context of {self.context}; use shorter windows")
-        next_tokens, logprobs = [], []
-        for start in range(0, len(windows), PREDICT_BATCH):
-            rows = windows[start:start + PREDICT_BATCH]
-            logits = self.logits(rows).astype(np.float64)
-            shifted = logits - logits.max(axis=-1, keepdims=True)
-            logp = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
-            next_tokens.append(logits.argmax(-1))
-            logprobs.append(np.take_along_axis(logp[:, :-1], rows[:, 1:, None], -1)[..., 0])
-        return {"next_token": np.concatenate(next_tokens).astype(np.int64),
-                "token_logprob": np.concatenate(logprobs).astype(np.float64)}
+        from compressor.runtimes.lm import teacher_forced
+
+        return teacher_forced(windows, self.context, self.logits)
 
     # --- generation ----------------------------------------------------------------------
     def og_model(self):

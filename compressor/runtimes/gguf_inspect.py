@@ -4,15 +4,13 @@ Q4_K are "int4", Q8_0 "int8", F16 "float16", ...), and the memory llama.cpp need
 at the file's context (weights, an f16 KV cache, prefill activations, the runtime)."""
 from __future__ import annotations
 
-import gzip
-import hashlib
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
 from compressor.runtimes.base import ArtifactInfo, WeightTensor
-from compressor.runtimes.common import RUNTIME_OVERHEAD_BYTES, _ByteCounter, weight_summary
+from compressor.runtimes.common import RUNTIME_OVERHEAD_BYTES, file_facts, weight_summary
 from compressor.runtimes.llamacpp import DEFAULT_CONTEXT, KV_BYTES, read_facts
 
 PREFILL_TOKENS = 512
@@ -26,18 +24,6 @@ def dtype_name(type_name: str) -> str:
         return f"int{type_name.lstrip('IQ')[0]}"
     return {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}.get(type_name,
                                                                       type_name.lower())
-
-
-def file_facts(path: Path) -> tuple[int, int, str]:
-    sha, counter = hashlib.sha256(), _ByteCounter()
-    size = 0
-    with open(path, "rb") as f, gzip.GzipFile(fileobj=counter, mode="wb", compresslevel=9,
-                                              mtime=0) as gz:
-        while chunk := f.read(1 << 22):
-            sha.update(chunk)
-            gz.write(chunk)
-            size += len(chunk)
-    return size, counter.count, sha.hexdigest()
 
 
 def inspect_gguf(path: Path, sample_shapes=None) -> ArtifactInfo:

@@ -59,3 +59,29 @@ def lm_format(path: Path) -> Format | None:
     if folder is not None or not path.is_file():
         return folder
     return next((f for f in lm if not f.folder and path.suffix == f.suffix), None)
+
+
+PREDICT_BATCH = 4   # windows per call of a whole-window runtime: [4, T, vocab] float32 logits
+
+
+def teacher_forced(windows: np.ndarray, context: int, logits_of) -> dict[str, np.ndarray]:
+    """LmRuntime.predict for a runtime that computes whole windows at once: `logits_of(rows)`
+    gives float logits [n, T, vocab] for int64 rows [n, T] (n <= PREDICT_BATCH)."""
+    from compressor.errors import DataError
+
+    windows = np.asarray(windows, dtype=np.int64)
+    if windows.ndim != 2 or windows.shape[1] < 2:
+        raise DataError(f"predict takes token windows [N, T >= 2], got shape {windows.shape}")
+    if windows.shape[1] > context:
+        raise DataError(f"windows of {windows.shape[1]} tokens do not fit the artifact's "
+                        f"context of {context}; use shorter windows")
+    next_tokens, logprobs = [], []
+    for start in range(0, len(windows), PREDICT_BATCH):
+        rows = windows[start:start + PREDICT_BATCH]
+        logits = np.asarray(logits_of(rows)).astype(np.float64)
+        shifted = logits - logits.max(axis=-1, keepdims=True)
+        logp = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+        next_tokens.append(logits.argmax(-1))
+        logprobs.append(np.take_along_axis(logp[:, :-1], rows[:, 1:, None], -1)[..., 0])
+    return {"next_token": np.concatenate(next_tokens).astype(np.int64),
+            "token_logprob": np.concatenate(logprobs).astype(np.float64)}

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from compressor.runtimes.split_lm import PREDICT_BATCH, SplitLm
+from compressor.runtimes.lm import PREDICT_BATCH
+from compressor.runtimes.split_lm import SplitLm
 from compressor.runtimes.split_stages import StageModel, read_split, result_of
 
 

@@ -23,7 +23,6 @@ from compressor.runtimes.split_stages import (OP_RUN, OP_STATS, OP_STOP, STATS_K
                                               read_split, recv_tensors, send_header, send_tensors)
 
 NAME = "onnxruntime, split (gloo)"
-PREDICT_BATCH = 4
 DEFAULT_TIMEOUT_S = 20.0
 REMOTE_WAIT_S = 300.0    # boards start their stage by hand: time to do so
 
@@ -92,22 +91,9 @@ class SplitLm:
         return self._call(windows, windows.shape[1], WANT_LOGITS)
 
     def predict(self, windows: np.ndarray) -> dict[str, np.ndarray]:
-        windows = np.asarray(windows, dtype=np.int64)
-        if windows.ndim != 2 or windows.shape[1] < 2:
-            raise DataError(f"predict takes token windows [N, T >= 2], got shape {windows.shape}")
-        if windows.shape[1] > self.context:
-            raise DataError(f"windows of {windows.shape[1]} tokens do not fit the artifact's "
-                            f"context of {self.context}; use shorter windows")
-        next_tokens, logprobs = [], []
-        for start in range(0, len(windows), PREDICT_BATCH):
-            rows = windows[start:start + PREDICT_BATCH]
-            logits = self.logits(rows).astype(np.float64)
-            shifted = logits - logits.max(axis=-1, keepdims=True)
-            logp = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
-            next_tokens.append(logits.argmax(-1))
-            logprobs.append(np.take_along_axis(logp[:, :-1], rows[:, 1:, None], -1)[..., 0])
-        return {"next_token": np.concatenate(next_tokens).astype(np.int64),
-                "token_logprob": np.concatenate(logprobs).astype(np.float64)}
+        from compressor.runtimes.lm import teacher_forced
+
+        return teacher_forced(windows, self.context, self.logits)
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, on_token=None,
                  stop_ids: tuple[int, ...] = ()) -> list[int]:
