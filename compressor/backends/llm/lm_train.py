@@ -1,0 +1,141 @@
+"""The one training loop of the language-model backend: int4 QAT (qat.py), width pruning's
+fine-tuning and distillation (lm_distill.py) all run `train_windows`.
+
+Batches of the recipe's calibration windows (a new permutation each epoch, seed 0), the
+recipe's optimizer and lr schedule (warmup, cosine; backends/fine_tuning.py), a progress bar
+with the running loss and tokens/s, and the training facts report.json records under
+`training` (steps, seconds, tokens/s, the training's peak RSS, the loss at the start and the
+end). The loss of a batch is the caller's; `distillation_loss` is the one QAT and distill
+share: KL(teacher || student) of the next-token distributions at a temperature (x T^2), plus a
+weight of the hard next-token cross-entropy, the teacher's logits computed batch by batch.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from compressor.backends.fine_tuning import lr_at, peak_lr
+from compressor.core.memory import TreeRssSampler, rss_of
+from compressor.errors import DataError
+
+SAMPLE_S = 0.01      # the peak-RSS sampler's interval while training
+MIN_WINDOWS = 8
+
+
+def check_windows(windows: np.ndarray, what: str) -> None:
+    """DataError before any work when the text gave too few windows to train on."""
+    if len(windows) < MIN_WINDOWS:
+        raise DataError(f"{what} needs at least {MIN_WINDOWS} training windows, the text gave "
+                        f"{len(windows)}; give a longer --data text")
+
+
+def autocast(bf16: bool) -> Any:
+    return torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+
+
+def frozen_teacher(model: Any, bf16: bool) -> Any:
+    """The teacher in eval mode: a bfloat16 copy under bf16 precision, else the model itself
+    (it is only read, under no_grad)."""
+    teacher = copy.deepcopy(model).to(torch.bfloat16) if bf16 else model
+    return teacher.eval()
+
+
+def distillation_loss(student: Any, teacher: Any, ids: torch.Tensor, temperature: float,
+                      hard_weight: float, bf16: bool, loss: str = "kl") -> torch.Tensor:
+    """One batch's loss: KL(teacher || student) per token at `temperature` (x T^2, as
+    distillation scales it; `loss: mse`: the mean squared difference of the logits), mixed
+    with the next-token cross-entropy: (1 - hard_weight) x soft + hard_weight x hard."""
+    with torch.no_grad(), autocast(bf16):
+        target = teacher(input_ids=ids, use_cache=False).logits[:, :-1]
+    with autocast(bf16):
+        logits = student(input_ids=ids, use_cache=False).logits[:, :-1]
+    vocab = logits.shape[-1]
+    logits = logits.float().reshape(-1, vocab)
+    target = target.float().reshape(-1, vocab)
+    if loss == "mse":
+        soft = torch.nn.functional.mse_loss(logits, target)
+    else:
+        t = temperature
+        soft = torch.nn.functional.kl_div(torch.log_softmax(logits / t, dim=-1),
+                                          torch.log_softmax(target / t, dim=-1),
+                                          log_target=True, reduction="batchmean") * t * t
+    if not hard_weight:
+        return soft
+    hard = torch.nn.functional.cross_entropy(logits, ids[:, 1:].reshape(-1))
+    return (1 - hard_weight) * soft + hard_weight * hard
+
+
+def next_token_loss(student: Any, ids: torch.Tensor, bf16: bool) -> torch.Tensor:
+    """The text's own next tokens as labels (fine-tuning without a teacher)."""
+    with autocast(bf16):
+        logits = student(input_ids=ids, use_cache=False).logits[:, :-1]
+    return torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
+                                             ids[:, 1:].reshape(-1))
+
+
+def optimizer_for(config: Any, groups: list[dict]) -> torch.optim.Optimizer:
+    """The recipe's optimizer over parameter `groups` ({"params", "scale"}: the group's lr is
+    `scale` x the schedule's)."""
+    groups = [g for g in groups if g["params"]]
+    lr = peak_lr(config)
+    if config.optimizer == "sgd":
+        return torch.optim.SGD(groups, lr=lr, momentum=0.9)
+    if config.optimizer == "adamw":
+        return torch.optim.AdamW(groups, lr=lr, weight_decay=1e-4)
+    return torch.optim.Adam(groups, lr=lr)
+
+
+def train_windows(windows: np.ndarray, config: Any, loss_of: Callable[[torch.Tensor], torch.Tensor],
+                  optimizer: torch.optim.Optimizer, progress: Any, label: str) -> dict:
+    """`config.epochs` passes over `windows` in batches of `config.batch_size`, one optimizer
+    step per batch at the schedule's rate; the training facts for report.json."""
+    batch = min(config.batch_size, len(windows))
+    per_epoch = len(windows) // batch
+    steps = max(1, config.epochs * per_epoch)
+    order = np.random.default_rng(0)
+    sampler = TreeRssSampler(os.getpid(), SAMPLE_S)
+    before = rss_of(os.getpid())
+    sampler.start()
+    losses, started, tokens = [], time.perf_counter(), 0
+    try:
+        with progress.task(f"{label} ({config.precision})", steps) as advance:
+            for step in range(steps):
+                if step % per_epoch == 0:
+                    permutation = order.permutation(len(windows))
+                first = (step % per_epoch) * batch
+                ids = torch.as_tensor(windows[permutation[first:first + batch]])
+                for group in optimizer.param_groups:
+                    group["lr"] = lr_at(step, steps, config) * group["scale"]
+                loss = loss_of(ids)
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                losses.append(float(loss.detach()))
+                tokens += ids.numel()
+                rate = tokens / (time.perf_counter() - started)
+                advance(1, f"loss {np.mean(losses[-10:]):.4f}, {rate:,.0f} tokens/s")
+    finally:
+        sampler.stop()
+        sampler.join()
+    seconds = time.perf_counter() - started
+    return {"steps": steps, "batch_windows": batch, "tokens": tokens,
+            "seconds": round(seconds, 2), "tokens_per_s": round(tokens / seconds, 1),
+            "precision": config.precision, "lr": peak_lr(config),
+            "loss_first": round(float(np.mean(losses[:5])), 6),
+            "loss_last": round(float(np.mean(losses[-5:])), 6),
+            "peak_rss_bytes": sampler.peak,
+            "peak_rss_increase_bytes": max(sampler.peak - before, 0)}
+
+
+def facts_line(label: str, facts: dict) -> str:
+    """The line a training step prints when it ends."""
+    return (f"{label}: {facts['steps']} steps in {facts['seconds']:.0f} s "
+            f"({facts['tokens_per_s']:,.0f} tokens/s, {facts['precision']}), loss "
+            f"{facts['loss_first']:.4f} -> {facts['loss_last']:.4f}")
