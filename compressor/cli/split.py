@@ -9,14 +9,10 @@ import os
 import sys
 from pathlib import Path
 
-import numpy as np
-
 from compressor.cli.guard import Parser
-from compressor.errors import AccuracyGateError, ModelLoadError, UsageError
+from compressor.errors import AccuracyGateError, UsageError
 from compressor.render.sizes import human_size
-
-CHECK_WINDOWS, CHECK_WINDOW, CHECK_PROMPTS, CHECK_NEW = 8, 64, 2, 16
-LOGIT_TOLERANCE = 1e-4
+from compressor.tasks.lm.split import split_and_check, split_failure
 
 
 def split(argv: list[str]) -> int:
@@ -34,67 +30,10 @@ def split(argv: list[str]) -> int:
     report = split_and_check(args.artifact, args.devices, args.out, _ranges(args.layers),
                              check=not args.no_check, threads=args.threads)
     print(json.dumps(report, indent=2) if args.json else "\n".join(summary_lines(report)))
-    check = report.get("validation")
-    if check and not (check["greedy_identical"] and check["max_abs_logit_diff"] <= LOGIT_TOLERANCE):
-        raise AccuracyGateError(f"the split's outputs differ from the unsplit model's (logits "
-                                f"{check['max_abs_logit_diff']:.2e} apart, greedy identical: "
-                                f"{check['greedy_identical']}); {report['out']}/split_report.json")
+    failure = split_failure(report)
+    if failure:
+        raise AccuracyGateError(failure)
     return 0
-
-
-def split_and_check(artifact: Path, devices: int, out: Path | None, ranges=None,
-                    check: bool = True, threads: int | None = None) -> dict:
-    """Write the split folder and its split_report.json; returns the report."""
-    from compressor.export.onnx_split import layer_costs, split_folder
-    from compressor.plan.split import partition
-
-    if devices < 2:
-        raise UsageError(f"--devices {devices}: a split needs at least 2 stages")
-    if not (Path(artifact) / "genai_config.json").is_file():
-        raise ModelLoadError(f"{artifact}: not a model-onnx folder (no genai_config.json); give "
-                             "the folder the ONNX route wrote")
-    out = Path(out) if out else Path(artifact).parent / "split"
-    if ranges is None:
-        costs, first, last = layer_costs(artifact)
-        ranges = partition(costs, min(devices, len(costs)), first, last)
-    description = split_folder(artifact, ranges, out)
-    stages = [{"rank": s["rank"], "layers": s["layers"], "file": s["file"], "bytes": s["bytes"]}
-              for s in description["stages"]]
-    report = {"devices": len(stages), "out": str(out), "source": str(artifact),
-              "source_bytes": description["source_bytes"],
-              "stage_bytes_total": sum(s["bytes"] for s in stages),
-              "shared_bytes": description["shared_bytes"], "stages": stages,
-              "link_bytes_per_token": [_token_bytes(link["tensors"]) for link in description["links"]]}
-    if check:
-        report["validation"], report["speed"] = _check(artifact, out, threads)
-        for stage, measured in zip(stages, report["speed"]["split"]["stages"]):
-            stage.update(measured)
-    (out / "split_report.json").write_text(json.dumps(report, indent=2))
-    return report
-
-
-def _check(artifact: Path, out: Path, threads: int | None) -> tuple[dict, dict]:
-    from tokenizers import Tokenizer
-
-    from compressor.runtimes.common import default_threads
-    from compressor.runtimes.split_check import check_split, speeds
-    from compressor.tasks.lm.text_data import TextData
-
-    tokenizer = Tokenizer.from_file(str(Path(artifact) / "tokenizer.json"))
-    ids = np.array(tokenizer.encode(TextData().texts()[1]).ids, np.int64)
-    window = min(CHECK_WINDOW, len(ids) // CHECK_WINDOWS)
-    windows = ids[:window * CHECK_WINDOWS].reshape(CHECK_WINDOWS, window)
-    prompts = [list(map(int, w[:window // 2])) for w in windows[:CHECK_PROMPTS]]
-    cores = default_threads(threads)
-    devices = len(json.loads((out / "split.json").read_text())["stages"])
-    validation = check_split(artifact, out, windows, prompts, CHECK_NEW, max(1, cores // devices))
-    return validation, speeds(artifact, out, cores, max(1, cores // devices), 128, 32)
-
-
-def _token_bytes(tensors: list[dict]) -> int:
-    sizes = {"float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4}
-    return sum(sizes.get(t["dtype"], 4) * int(np.prod([d for d in t["shape"] if isinstance(d, int)]))
-               for t in tensors)
 
 
 def _ranges(text: str | None) -> list[tuple[int, int]] | None:

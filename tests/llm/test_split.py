@@ -34,7 +34,7 @@ def four_layers(tmp_path_factory, lm_tokenizer):
 
 
 def _split(source, out, devices, ranges=None):
-    from compressor.cli.split import split_and_check
+    from compressor.tasks.lm.split import split_and_check
 
     return split_and_check(source, devices, out, ranges, check=False)
 
@@ -119,7 +119,7 @@ def test_the_trained_model_split_in_two_matches_and_fits_its_plan(recipe, traine
                                                                    tmp_path_factory, tmp_path):
     """compress split on the trained LM: checked end to end (its report), and each stage's
     memory beyond what importing torch + onnxruntime costs within the plan's stage figure."""
-    from compressor.cli.split import split_and_check
+    from compressor.tasks.lm.split import split_and_check
     from compressor.plan import plan
 
     source = genai_build(tmp_path_factory, trained_lm_dir, recipe, context=CONTEXT).folder
