@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     from compressor.core.context import Context, ModelState
 
 KIND = "llm"
+# int4 QAT's starting integers are chosen on the first windows only, as many as int4's default
+# (GPTQ's cost grows with them; training then sees them all)
+START_WINDOWS = 32
 
 
 def weight_only_plan(scheme: Scheme, model: Any) -> Any:
@@ -65,9 +68,10 @@ def _int4_qat(backend: Any, state: ModelState, scheme: Int4Qat, ctx: Context) ->
     """int4's integers, then fine-tuned with fake quantization (backends/llm/qat.py)."""
     from compressor.backends.llm.qat import train
 
-    started = _quantized(state, weight_only_plan(scheme, state.model), ctx)
-    trained, facts = train(state.model, started.model.quantized, ctx.data.train[0], scheme,
-                               ctx.progress)
+    windows = ctx.data.train[0]
+    started = _quantized(state, weight_only_plan(scheme, state.model), ctx,
+                         windows[:START_WINDOWS])
+    trained, facts = train(state.model, started.model.quantized, windows, scheme, ctx.progress)
     ctx.progress.info(f"int4 QAT: {facts['steps']} steps in {facts['seconds']:.0f} s "
                       f"({facts['tokens_per_s']:,.0f} tokens/s, {facts['precision']}), loss "
                       f"{facts['loss_first']:.4f} -> {facts['loss_last']:.4f}")
@@ -75,12 +79,14 @@ def _int4_qat(backend: Any, state: ModelState, scheme: Int4Qat, ctx: Context) ->
     return state.replace(model=state.model.with_quantized(trained))
 
 
-def _quantized(state: ModelState, plan: Any, ctx: Context) -> ModelState:
+def _quantized(state: ModelState, plan: Any, ctx: Context, calibration: Any = None
+               ) -> ModelState:
     import dataclasses
 
     from compressor.backends.llm.candidates import choose_weights
 
-    calibration = None if ctx.data.train is None else ctx.data.train[0]
+    if calibration is None and ctx.data.train is not None:
+        calibration = ctx.data.train[0]
     fitted = _fitted_budget(ctx)
     if fitted is not None and fitted < plan.int8_budget:
         ctx.progress.info(f"quantize: int8 share cut from {plan.int8_budget:g}x to {fitted:g}x "
