@@ -83,6 +83,9 @@ def _compress_parser() -> argparse.ArgumentParser:
     parser.add_argument("--context", type=int,
                         help="language models: the context length the artifacts' KV cache is "
                              "sized to [default: the model's, at most 4096]")
+    parser.add_argument("--devices", type=int,
+                        help="language models: also split the ONNX artifact into K pipeline "
+                             "stages, one per board (split/ in --out), checked against it")
     parser.add_argument("--force", action="store_true", help="write into a non-empty --out")
     parser.add_argument("--force-plan", action="store_true",
                         help="run even when `compress plan` says the recipe cannot fit --target")
@@ -120,7 +123,7 @@ def _options(args: argparse.Namespace) -> dict:
                 teacher_weights=args.teacher_weights, trust_pickle=args.trust_pickle,
                 force=args.force, quiet=args.quiet, latency=not args.no_latency,
                 threads=args.threads, context=args.context,
-                force_plan=args.force_plan)
+                force_plan=args.force_plan, devices=args.devices)
 
 
 def _compress_other_rank(args: argparse.Namespace) -> int:

@@ -27,9 +27,10 @@ from compressor.errors import RecipeError, UsageError
 WORK_PREFIX = "compressor-work-"
 # Pseudo file systems: writing there is never what a user meant (and may change the kernel).
 FORBIDDEN_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
-# What a run writes into --out; --force replaces a folder holding only these.
+# What a run writes into --out; --force replaces a folder holding only these. logs/: a failed
+# format's converter logs; model-onnx/: an LLM's folder; split/: its stages (--devices).
 OUR_FILES = ("report.json", "report.md", "report.html", "sweep.csv", "sweep.html", "pareto.png",
-             "logs", "model-onnx")   # logs/: a failed format's converter logs; an LLM's folder
+             "logs", "model-onnx", "split")
 OUR_PREFIXES = ("model.",)
 
 _held: dict[Path, int] = {}   # resolved --out -> lock file descriptor, locks this process holds

@@ -183,6 +183,8 @@ def _judge(session: Session, rows: list[dict[str, Any]], state: ModelState) -> d
     failures = [gate_failure(validation, row, session.metric_name) for row in rows
                 if not gate_passes(validation, row["metric_value"], row["drop"])]
     failures += _weight_share_failures(state, rows)
+    failures += [row["split"]["failure"] for row in rows   # --devices: split != unsplit
+                 if (row.get("split") or {}).get("failure")]
     gate_passed = not failures
     budget = None
     if session.target:

@@ -44,6 +44,7 @@ class Session:
     target: str | None
     measure_latency: bool = True
     threads: int | None = None
+    devices: int | None = None   # --devices K: the language model's ONNX artifact split in K
     teacher_entry: dict[str, Any] | None = None   # report.json `teacher`, for distill recipes
 
     @property
@@ -68,7 +69,7 @@ def open_session(model: Any, recipe: str | Path | Recipe, data: Any = "digits", 
                  teacher_weights: str | None = None, trust_pickle: bool = False,
                  force: bool = False, quiet: bool = False, latency: bool = True,
                  threads: int | None = None, metric: Any = None, context: int | None = None,
-                 force_plan: bool = False) -> Session:
+                 force_plan: bool = False, devices: int | None = None) -> Session:
     started = time.perf_counter()
     start_sampling()   # report.json compress_peak_rss_bytes: this process tree's peak
     recipe = load_recipe(recipe)
@@ -97,8 +98,8 @@ def open_session(model: Any, recipe: str | Path | Recipe, data: Any = "digits", 
     request = OpenRequest(model_ref=model, recipe=recipe, data=data, formats=formats,
                           formats_asked=bool(requested), seed=seed,
                           quiet=quiet, target=target, metric=metric, context=context,
-                          force_plan=force_plan, teacher=teacher, teacher_weights=teacher_weights,
-                          trust_pickle=trust_pickle)
+                          force_plan=force_plan, devices=devices, teacher=teacher,
+                          teacher_weights=teacher_weights, trust_pickle=trust_pickle)
     planned = task.before_load(request)
     loaded = backend.load(source, weights=weights, trust_pickle=trust_pickle)
     opened = task.open(request, backend, loaded)
@@ -107,7 +108,7 @@ def open_session(model: Any, recipe: str | Path | Recipe, data: Any = "digits", 
     session = Session(recipe=recipe, backend=backend, task=task, model=loaded,
                       model_ref=describe_ref(model), info=opened.info, ctx=opened.ctx, out_dir=out,
                       force=force, target=target, measure_latency=latency, threads=threads,
-                      teacher_entry=opened.teacher_entry)
+                      devices=devices, teacher_entry=opened.teacher_entry)
     session.record.add_timing("load", time.perf_counter() - started)
     if planned is not None:
         session.record.add_note("plan", planned)   # report.json `plan`, report.html's table

@@ -35,6 +35,7 @@ class OpenRequest:
     target: str | None = None
     metric: Any = None               # a custom metric function (array task only)
     context: int | None = None       # --context: the KV-cache length (language models)
+    devices: int | None = None       # --devices: split the LM's ONNX artifact into K stages
     force_plan: bool = False
     teacher: Any = None
     teacher_weights: str | None = None

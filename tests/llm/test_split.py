@@ -177,3 +177,54 @@ def test_split_refuses_one_stage(four_layers, tmp_path, cli):
     _, source = four_layers
     done = cli("split", str(source), "--devices", "1", "--out", str(tmp_path / "s"))
     assert done.returncode == 2 and done.stderr.startswith("error:"), done.stderr
+
+
+@pytest.mark.slow
+def test_compress_devices_2_publishes_a_checked_split(trained_lm_dir, tmp_path, cli):
+    """`compress --devices 2`: the run's model-onnx folder split beside it in --out, checked
+    against it (report.json's `split` on its row), the paths in it relative to --out."""
+    out = tmp_path / "dist"
+    done = cli(str(trained_lm_dir), "--recipe", "int8", "--format", "onnx", "--devices", "2",
+               "--no-latency", "--threads", "2", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (out / "split").glob("stage*.onnx")) == ["stage0.onnx",
+                                                                           "stage1.onnx"]
+    report = json.loads((out / "report.json").read_text())
+    split = report["artifacts"][0]["split"]
+    assert split["passed"] and split["failure"] is None and split["devices"] == 2
+    assert split["validation"]["greedy_identical"] and split["validation"]["max_abs_logit_diff"] <= 1e-4
+    assert [s["layers"] for s in split["stages"]] == [[0, 0], [1, 1]]
+    assert split["link_bytes_per_token"][0] > 0 and split["decode_tokens_per_s"] is None
+    written = json.loads((out / "split" / "split_report.json").read_text())
+    assert written["out"] == "split" and written["source"] == "model-onnx"
+    assert "split into 2 stages" in (out / "report.md").read_text()
+    assert _stage_children() == []
+
+
+@pytest.mark.parametrize("args, words", [(("--format", "tflite", "--devices", "2"), "add onnx"),
+                                         (("--format", "onnx", "--devices", "1"), "at least 2")])
+def test_compress_devices_refused_before_any_work(args, words, random_lm_dir, tmp_path, cli):
+    out = tmp_path / "dist"
+    done = cli(str(random_lm_dir("llama")), "--recipe", "int8", *args, "--out", str(out))
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and words in errors[0] and "--devices" in errors[0], done.stderr
+    assert not out.exists()
+
+
+def test_compress_devices_refused_for_a_model_that_is_no_language_model(tmp_path, cli):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])],
+        [numpy_helper.from_array(np.ones((8, 2), np.float32), "w")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              tmp_path / "m.onnx")
+    done = cli(str(tmp_path / "m.onnx"), "--recipe", "int8", "--devices", "2",
+               "--out", str(tmp_path / "dist"))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: --devices 2") and "not a language model" in done.stderr
+    assert not (tmp_path / "dist").exists()

@@ -16,9 +16,15 @@ class ArrayTask:
     metric_lower_is_better: ClassVar[bool] = False   # mse drops into `drop` the same way
 
     def before_load(self, request: OpenRequest) -> dict[str, Any] | None:
-        """A language-model recipe is refused here (exit 2), before the model is loaded."""
+        """A language-model recipe, or --devices (a language model's split), is refused here
+        (exit 2), before the model is loaded."""
+        from compressor.errors import UsageError
         from compressor.tasks.array.recipe_fit import check_recipe_fits
 
+        if request.devices is not None:
+            raise UsageError(f"--devices {request.devices}: only a language model's ONNX artifact "
+                             "is split into pipeline stages; this model is not a language model, "
+                             "so drop --devices")
         check_recipe_fits(request.recipe, request.model_ref)
         return None
 

@@ -37,6 +37,25 @@ def markdown_lines(report: dict[str, Any]) -> list[str]:
              f"speed at {threads} thread(s)", "",
              "| " + " | ".join(COLUMNS) + " |", "|---" + "|---:" * (len(COLUMNS) - 1) + "|"]
     lines += ["| " + " | ".join(lm_row(art, report)) + " |" for art in report["artifacts"]]
+    for art in report["artifacts"]:
+        if art.get("split"):
+            lines += split_lines(art["path"], art["split"])
+    return lines
+
+
+def split_lines(path: str, split: dict[str, Any]) -> list[str]:
+    """report.md's lines on an artifact's --devices split: the check, the speed, each stage."""
+    check = split["validation"]
+    lines = ["", f"- {path} split into {split['devices']} stages ({split['path']}/): greedy "
+             f"{'identical' if check['greedy_identical'] else 'DIFFERENT'}, logits within "
+             f"{check['max_abs_logit_diff']:.1e}, top-1 {check['top1_agreement']:.1%}, perplexity "
+             f"{check['perplexity']:.3f} (unsplit {check['perplexity_unsplit']:.3f}); decode "
+             f"{_number(split['decode_tokens_per_s'], '.1f')} tok/s split, "
+             f"{_number(split['decode_tokens_per_s_single'], '.1f')} in one process; link "
+             f"{', '.join(f'{b:,}' for b in split['link_bytes_per_token'])} B/token", "",
+             "| stage | layers | file | size | peak RSS |", "|---:|---|---|---:|---:|"]
+    lines += [f"| {s['rank']} | {s['layers'][0]}-{s['layers'][1]} | {s['file']} | "
+              f"{human_size(s['bytes'])} | {_size(s.get('peak_rss_bytes'))} |" for s in split["stages"]]
     return lines
 
 

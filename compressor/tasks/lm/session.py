@@ -125,12 +125,14 @@ def open_lm(request: OpenRequest, backend: Any, loaded: Any) -> Opened:
         raise UsageError("a custom metric is for classifier models; language models are scored "
                          "by perplexity on held-out text")
     from compressor.backends.llm.routes import writable_formats
+    from compressor.tasks.lm.split import check_split_asked
 
     recipe = request.recipe
     validation = lm_validation(recipe)
     planned = plan_loaded(request, loaded)   # module:function: planned once loaded
     formats, dropped = writable_formats(loaded.model.config.to_dict(), request.formats,
                                         request.formats_asked)
+    check_split_asked(request.devices, formats)   # module:function: known once loaded
     check_quantize_steps(loaded, recipe)
     progress = Progress(quiet=request.quiet)
     if dropped:

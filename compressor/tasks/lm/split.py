@@ -15,6 +15,7 @@ from compressor.errors import ModelLoadError, UsageError
 CHECK_WINDOWS, CHECK_WINDOW, CHECK_PROMPTS, CHECK_NEW = 8, 64, 2, 16
 LOGIT_TOLERANCE = 1e-4
 SPLIT_FOLDER = "split"   # beside the model-onnx folder, in --out
+SOURCE_MARKER = "genai_config.json"   # what the folder a split cuts holds (model-onnx/)
 SPEED_PREFILL, SPEED_DECODE = 128, 32
 
 
@@ -22,6 +23,31 @@ def check_devices(devices: int | None) -> None:
     """`--devices K`: at least 2 stages (UsageError, exit 2)."""
     if devices is not None and devices < 2:
         raise UsageError(f"--devices {devices}: a split needs at least 2 stages")
+
+
+def check_split_asked(devices: int | None, formats: tuple[str, ...]) -> None:
+    """A compress run's --devices: at least 2, and an ONNX artifact among the formats it writes
+    (the split cuts the model-onnx folder); else UsageError (exit 2) before any work."""
+    if devices is None:
+        return
+    check_devices(devices)
+    source = split_format()
+    if source not in formats:
+        raise UsageError(f"--devices {devices} splits the {source} artifact (model-onnx/), and "
+                         f"this run writes {', '.join(formats) or 'no format'} only; add {source} "
+                         f"to --format (e.g. --format {source}) or drop --devices")
+
+
+def split_format() -> str:
+    """The format whose language-model artifact a split cuts: the one whose folder holds
+    genai_config.json (the ONNX route's model-onnx/)."""
+    from compressor.formats import registered_formats
+
+    return next(f.name for f in registered_formats() if f.folder == SOURCE_MARKER)
+
+
+def is_split_source(path: Path) -> bool:
+    return Path(path).is_dir() and (Path(path) / SOURCE_MARKER).is_file()
 
 
 def split_and_check(artifact: Path, devices: int, out: Path | None, ranges=None,
@@ -32,7 +58,7 @@ def split_and_check(artifact: Path, devices: int, out: Path | None, ranges=None,
     from compressor.plan.split import partition
 
     check_devices(devices)
-    if not (Path(artifact) / "genai_config.json").is_file():
+    if not is_split_source(artifact):
         raise ModelLoadError(f"{artifact}: not a model-onnx folder (no genai_config.json); give "
                              "the folder the ONNX route wrote")
     out = Path(out) if out else Path(artifact).parent / SPLIT_FOLDER
@@ -82,10 +108,15 @@ def split_in_run(artifact: Path, devices: int, threads: int | None, latency: boo
     split_json.write_text(json.dumps(description, indent=2))
     failure = split_failure(report)
     check, speed = report["validation"], report["speed"] or {}
+    progress.info(f"split: greedy {'identical' if check['greedy_identical'] else 'DIFFERENT'}, "
+                  f"logits within {check['max_abs_logit_diff']:.1e} of {Path(artifact).name}"
+                  + (f"; decode {speed['split']['decode_tokens_per_s']:.1f} tokens/s split, "
+                     f"{speed['single']['decode_tokens_per_s']:.1f} in one process" if speed else ""))
     return {
         "devices": report["devices"], "path": SPLIT_FOLDER,
         "stages": [{key: stage.get(key) for key in ("rank", "layers", "file", "bytes",
-                                                    "peak_rss_bytes", "sent_bytes_per_token")}
+                                                    "peak_rss_bytes", "rss_imported_bytes",
+                                                    "sent_bytes_per_token")}
                    for stage in report["stages"]],
         "stage_bytes_total": report["stage_bytes_total"], "shared_bytes": report["shared_bytes"],
         "link_bytes_per_token": report["link_bytes_per_token"],

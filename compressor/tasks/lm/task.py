@@ -20,14 +20,18 @@ class LmTask:
     metric_lower_is_better: ClassVar[bool] = True    # metric_value is a perplexity
 
     def before_load(self, request: OpenRequest) -> dict[str, Any] | None:
-        """A format no route writes for this model, then a recipe the device cannot hold:
-        refused from config.json and the weights' headers, before any weight is read."""
+        """A format no route writes for this model, --devices without an ONNX artifact to
+        split, then a recipe the device cannot hold: refused from config.json and the weights'
+        headers, before any weight is read."""
         from compressor.backends.llm.routes import config_of, writable_formats
         from compressor.tasks.lm.session import check_plan_fits
+        from compressor.tasks.lm.split import check_split_asked
 
         config = config_of(request.model_ref)
+        formats = request.formats
         if config is not None:
-            writable_formats(config, request.formats, request.formats_asked)
+            formats, _ = writable_formats(config, request.formats, request.formats_asked)
+        check_split_asked(request.devices, formats)
         return check_plan_fits(request.model_ref, request.recipe, request.target,
                                request.context, request.force_plan)
 
@@ -40,9 +44,15 @@ class LmTask:
         from compressor.tasks.lm.evaluate import evaluate_lm_artifact
 
         ctx = session.ctx
-        return evaluate_lm_artifact(path, ctx.data, ctx.reference_outputs, ctx.baseline_value,
-                                    session.validation, latency=session.measure_latency,
-                                    threads=session.threads, weight_bits=state.scheme.weight_bits)
+        row = evaluate_lm_artifact(path, ctx.data, ctx.reference_outputs, ctx.baseline_value,
+                                   session.validation, latency=session.measure_latency,
+                                   threads=session.threads, weight_bits=state.scheme.weight_bits)
+        from compressor.tasks.lm.split import is_split_source, split_in_run
+
+        if session.devices and is_split_source(path):   # --devices K: split/ beside model-onnx/
+            row["split"] = split_in_run(path, session.devices, session.threads,
+                                        session.measure_latency, ctx.progress)
+        return row
 
     def budget_bytes(self, profile: Any) -> int:
         return profile.llm_budget_bytes   # a language model is the board's one job (llm_share)
