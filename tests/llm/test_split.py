@@ -228,3 +228,22 @@ def test_compress_devices_refused_for_a_model_that_is_no_language_model(tmp_path
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("error: --devices 2") and "not a language model" in done.stderr
     assert not (tmp_path / "dist").exists()
+
+
+def test_a_split_that_differs_fails_the_gate_exit_3():
+    """A row whose `split` names a failure fails the run's accuracy gate (exit 3)."""
+    from types import SimpleNamespace
+
+    from compressor.config.steps import ValidateConfig
+    from compressor.core.context import ModelState
+    from compressor.core.record import RunRecord
+    from compressor.run.pipeline import _judge
+
+    session = SimpleNamespace(record=RunRecord(), validation=ValidateConfig(metric="perplexity"),
+                              metric_name="perplexity", target=None)
+    row = {"path": "model-onnx", "metric_value": 10.0, "drop": 0.0, "est_peak_memory_bytes": 1}
+    assert _judge(session, [dict(row, split={"failure": None})], ModelState(model=None))["exit_code"] == 0
+    verdict = _judge(session, [dict(row, split={"failure": "model-onnx: differs"})],
+                     ModelState(model=None))
+    assert verdict["exit_code"] == 3 and not verdict["gate_passed"]
+    assert verdict["failures"] == ["model-onnx: differs"]
