@@ -158,10 +158,6 @@ register_family(name="qwen3_moe", layout="counted",
                 sliding=Sliding(opt_in=True), missing_routes=(("onnx", _NO_BUILDER),))
 register_family(name="mixtral", layout="counted", missing_routes=(("onnx", _NO_BUILDER),))
 register_family(name="gpt2", layout="counted", missing_routes=(
-    ("onnx", "onnxruntime-genai's model builder has no GPT-2 route; export tflite"),
-    ("gguf", "compressor's GGUF writer has no GPT-2 entry (transposed Conv1D matrices, learned "
-             "positions: not verified in llama.cpp); export tflite")))
-register_family(name="gpt_neox", layout="counted", missing_routes=(
-    ("onnx", "onnxruntime-genai's model builder has no GPT-NeoX route; export tflite"),
-    ("gguf", "compressor's GGUF writer has no GPT-NeoX entry (per-head interleaved fused qkv, "
-             "parallel residual: not verified in llama.cpp); export tflite")))
+    ("onnx", "onnxruntime-genai's model builder has no GPT-2 route; export tflite"),))
+register_family(name="gpt_neox", layout="counted", gguf_architecture="gptneox", missing_routes=(
+    ("onnx", "onnxruntime-genai's model builder has no GPT-NeoX route; export tflite"),))

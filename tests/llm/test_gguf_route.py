@@ -130,7 +130,7 @@ def test_int8_and_fp16_gguf_track_the_float_model(trained_lm_dir, tmp_path):
 
 
 GGUF_FAMILIES = ["llama", "llama3", "mistral", "qwen2", "gemma", "gemma2", "gemma3_text", "granite",
-                 "phi3", "olmo2", "qwen3_moe", "mixtral"]
+                 "phi3", "olmo2", "qwen3_moe", "mixtral", "gpt2", "gpt_neox"]
 
 
 @pytest.mark.parametrize("family", GGUF_FAMILIES)
@@ -178,8 +178,9 @@ def test_a_damaged_gguf_artifact_is_one_error_line(tmp_path, cli):
 
 
 def test_a_family_llama_cpp_cannot_run_is_refused_before_any_work(random_lm_dir, cli, tmp_path):
-    result = cli("--recipe", "int4", str(random_lm_dir("gpt2")), "--format", "gguf",
+    # SmolLM3 without RoPE in layer 1 (llama.cpp's smollm3: only every 4th layer)
+    result = cli("--recipe", "int4", str(random_lm_dir("smollm3")), "--format", "gguf",
                  "--out", str(tmp_path / "out"))
     assert result.returncode == 2
-    assert result.stderr.count("error:") == 1 and "export tflite" in result.stderr
-    assert not (tmp_path / "out").exists()
+    assert result.stderr.count("error:") == 1 and "no_rope_layers" in result.stderr
+    assert "tflite" in result.stderr and not (tmp_path / "out").exists()

@@ -31,14 +31,25 @@ def rope_theta(config: Any, layer_type: str = "full_attention") -> float:
 
 def rope_dims(config: Any) -> int:
     """The dimensions of a head RoPE turns (partial_rotary_factor of them: Phi-4-mini, NeoX)."""
-    factor = rope_parameters(config).get("partial_rotary_factor",
-                                         getattr(config, "partial_rotary_factor", 1.0))
+    factor = rope_parameters(config).get("partial_rotary_factor", getattr(
+        config, "partial_rotary_factor", getattr(config, "rotary_pct", 1.0)))
     return int(head_dim(config) * float(factor or 1.0))
 
 
 def layer_types(config: Any) -> list[str]:
     return list(getattr(config, "layer_types", None) or ["full_attention"] * int(
         config.num_hidden_layers))
+
+
+def feed_forward_length(config: Any) -> int:
+    """The MLP's width: GPT-2's n_inner, 4 x its width where that is unset."""
+    if hasattr(config, "n_inner"):
+        return int(config.n_inner or 4 * config.hidden_size)
+    return int(config.intermediate_size)
+
+
+def layer_norm_eps(config: Any) -> float:
+    return float(getattr(config, "layer_norm_eps", None) or config.layer_norm_epsilon)
 
 
 # --- hyperparameters: (writer, config) ----------------------------------------------------------
@@ -86,6 +97,10 @@ def phi3(writer: Any, config: Any) -> None:
         writer.add_rope_scaling_attn_factors(float(attention))
 
 
+def gptneox(writer: Any, config: Any) -> None:
+    writer.add_parallel_residual(bool(getattr(config, "use_parallel_residual", True)))
+
+
 def moe(writer: Any, config: Any) -> None:
     writer.add_expert_count(int(config.num_local_experts))
     writer.add_expert_used_count(int(config.num_experts_per_tok))
@@ -121,6 +136,32 @@ def window_refuse(config: Any, context: int | None = None) -> str | None:
     return None
 
 
+GELU = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast")   # llama.cpp: tanh's GELU
+
+
+def gpt2_refuse(config: Any, context: int | None = None) -> str | None:
+    """llama.cpp's gpt2: GELU, attention scaled by 1 / sqrt(head_dim) in every layer."""
+    act = getattr(config, "activation_function", "gelu_new")   # config.json may leave it out
+    if act not in GELU:
+        return f"llama.cpp's gpt2 computes GELU, not {act}"
+    if not getattr(config, "scale_attn_weights", True) or getattr(
+            config, "scale_attn_by_inverse_layer_idx", False):
+        return "llama.cpp's gpt2 scales attention by 1 / sqrt(head_dim) in every layer only"
+    return None
+
+
+def gptneox_refuse(config: Any, context: int | None = None) -> str | None:
+    """llama.cpp's gptneox: GELU, qkv / output biases, plain RoPE (no scaling written)."""
+    act = getattr(config, "hidden_act", "gelu")
+    if act not in GELU:
+        return f"llama.cpp's gptneox computes GELU, not {act}"
+    if not getattr(config, "attention_bias", True):
+        return "llama.cpp's gptneox needs the attention's biases"
+    if rope_parameters(config).get("rope_type", "default") != "default":
+        return "the GGUF route writes GPT-NeoX with plain RoPE only"
+    return None
+
+
 def qwen3_moe_refuse(config: Any, context: int | None = None) -> str | None:
     """llama.cpp's qwen3moe: every layer a mixture, top-k weights renormalized, no window."""
     if getattr(config, "mlp_only_layers", None) or int(
@@ -146,3 +187,13 @@ def experts(config: Any, name: str, rows: np.ndarray) -> Pieces:
     if last == "down_proj":
         return [(f"{base}.down_proj.weight", rows)]
     return [(name, rows)]
+
+
+def neox_qkv(config: Any, name: str, rows: np.ndarray) -> Pieces:
+    """GPT-NeoX's query_key_value rows (weight or bias) [heads, 3, head_dim] as llama.cpp's
+    attn_qkv [3, heads, head_dim]: all q rows, then all k, then all v."""
+    if not name.endswith(("query_key_value.weight", "query_key_value.bias")):
+        return [(name, rows)]
+    heads = int(config.num_attention_heads)
+    grouped = rows.reshape(heads, 3, rows.shape[0] // heads // 3, *rows.shape[1:])
+    return [(name, grouped.swapaxes(0, 1).reshape(rows.shape))]

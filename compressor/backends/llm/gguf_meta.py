@@ -2,7 +2,8 @@
 convert_hf_to_gguf.py lays it out: the architecture's hyperparameters, the tensors' llama.cpp
 names (the `gguf` package's own name map), and what each family changes on the way (Llama's
 attn_q / attn_k rows permuted for its rotary pairs, Gemma's norms stored as 1 + w, Llama 3's
-RoPE frequency factors as a tensor); each family's own extras live in gguf_families.py.
+RoPE frequency factors as a tensor, GPT-2's Conv1D matrices stored [in, out] turned into rows);
+each family's own extras live in gguf_families.py.
 
 A family the GGUF route does not write yet is refused before any work (decoders/families.py
 `missing_routes`); this module is only asked about the ones it writes.
@@ -26,6 +27,8 @@ class GgufArch:
     name: str                              # general.architecture
     permute_qk: bool = False               # llama.cpp's llama graph wants q / k rows permuted
     norm_plus_one: bool = False            # HF Gemma computes x * (1 + w); llama.cpp x * w
+    layer_norm: bool = False               # LayerNorm (eps, biases), every head its own K / V
+    rope: bool = True                      # False: learned positions (GPT-2's position_embd)
     extra: Callable[[Any, Any], None] | None = None   # (writer, config): its own hyperparameters
     split: Callable[[Any, str, np.ndarray], fam.Pieces] | None = None   # tensors stored otherwise
     refuse: Callable[..., str | None] | None = None   # (config, context) -> why llama.cpp cannot
@@ -47,6 +50,10 @@ ARCHS = {   # config.json model_type -> how llama.cpp names and computes it
     "phi3": GgufArch("phi3", extra=fam.phi3, refuse=fam.window_refuse),   # fused qkv / gate_up
     "smollm3": GgufArch("smollm3", permute_qk=True, refuse=fam.smollm3_refuse),
     "olmo2": GgufArch("olmo2"),
+    "gpt2": GgufArch("gpt2", layer_norm=True, rope=False, refuse=fam.gpt2_refuse),
+    # NeoX's fused qkv interleaved per head in transformers, all q, all k, all v in llama.cpp
+    "gpt_neox": GgufArch("gptneox", layer_norm=True, extra=fam.gptneox, split=fam.neox_qkv,
+                         refuse=fam.gptneox_refuse),
 }
 
 
@@ -88,14 +95,19 @@ def write_hyperparameters(writer: Any, config: Any, name: str, file_type: int,
     writer.add_context_length(int(config.max_position_embeddings))
     writer.add_embedding_length(int(config.hidden_size))
     writer.add_block_count(int(config.num_hidden_layers))
-    writer.add_feed_forward_length(int(config.intermediate_size))
-    writer.add_head_count(int(config.num_attention_heads))
-    writer.add_head_count_kv(int(config.num_key_value_heads))
+    writer.add_feed_forward_length(fam.feed_forward_length(config))
+    heads = int(config.num_attention_heads)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(heads if arch.layer_norm else int(config.num_key_value_heads))
     writer.add_key_length(dim)
     writer.add_value_length(dim)
-    writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
-    writer.add_rope_dimension_count(rope_dims(config))
-    writer.add_rope_freq_base(rope_theta(config))
+    if arch.layer_norm:
+        writer.add_layer_norm_eps(fam.layer_norm_eps(config))
+    else:
+        writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
+    if arch.rope:
+        writer.add_rope_dimension_count(rope_dims(config))
+        writer.add_rope_freq_base(rope_theta(config))
     writer.add_vocab_size(int(config.vocab_size))
     writer.add_file_type(file_type)
     if arch.extra is not None:
@@ -126,6 +138,13 @@ def rope_tensors(config: Any) -> dict[str, np.ndarray]:
             smooth = (original / wavelength - low) / (high - low)
             factors.append(1.0 / ((1 - smooth) / factor + smooth))
     return {"rope_freqs.weight": np.asarray(factors, dtype=np.float32)}
+
+
+def conv1d_weights(model: Any) -> set[str]:
+    """The parameters stored [in, out] (transformers' Conv1D: GPT-2), whose floats llama.cpp
+    takes as [out, in] rows (our quantized weights are [out, in] already: QuantizedLinear)."""
+    return {f"{name}.weight" for name, module in model.named_modules()
+            if type(module).__name__ == "Conv1D"}
 
 
 def permute_rows(rows: np.ndarray, heads: int) -> np.ndarray:

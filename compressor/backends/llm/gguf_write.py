@@ -120,10 +120,13 @@ def _add_tensors(writer: Any, model: Any, encode: Callable[[str, Any], Encoded])
     config = model.config
     arch, names = meta.arch_of(config), meta.name_map(config)
     tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    transposed = meta.conv1d_weights(model)
     types = []
     for rope_name, factors in meta.rope_tensors(config).items():
         writer.add_tensor(rope_name, factors)
     for hf_name, tensor in model.state_dict(keep_vars=False).items():
+        if hf_name in transposed:   # [in, out] as rows (a quantized weight's blocks are rows)
+            tensor = tensor.t()
         # llama.cpp's names of the tensor's pieces (most often one: the tensor itself)
         targets = [meta.tensor_name(names, n) for n, _ in meta.pieces(config, hf_name, tensor)]
         targets = [None if t is None or (tied and t.startswith("output.")) else t
