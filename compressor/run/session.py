@@ -82,9 +82,6 @@ def open_session(model: Any, recipe: str | Path | Recipe, data: Any = "digits", 
     if unknown:
         raise RecipeError(f"unknown export format {', '.join(unknown)}; use "
                           f"{' and/or '.join(format_names())}")
-    if recipe.needs_teacher and teacher is None:
-        raise RecipeError(f"recipe {recipe.name!r} has a distill step and needs a teacher model; "
-                          "pass --teacher MODEL (or teacher=... in Python)")
     target = target or recipe.target
     if target:
         from compressor.devices import get_profile
@@ -92,6 +89,9 @@ def open_session(model: Any, recipe: str | Path | Recipe, data: Any = "digits", 
         get_profile(target)  # an unknown device is a bad argument: fail before any work
 
     backend, source = resolve_model(model)
+    if recipe.needs_teacher and teacher is None and not getattr(backend, "teaches_itself", False):
+        raise RecipeError(f"recipe {recipe.name!r} has a distill step and needs a teacher model; "
+                          "pass --teacher MODEL (or teacher=... in Python)")
     task = task_named(backend.task)
     formats, format_note = _formats_written_by(backend, formats, explicit=bool(requested))
     _refuse_training_steps(backend, recipe)

@@ -24,9 +24,11 @@ class LlmBackend(SchemeExporter):
     task = "lm"
     training_refusal = ("compressor does not {step} language models: step {number} `{step}`"
                         "{mode} trains the model in a way only classifier models are trained; "
-                        "language models train in int4_qat (mode qat, dtype int4), or use int4, "
-                        "int8 or fp16 (weight-only, calibrated on text)")
+                        "language models train in int4_qat (mode qat, dtype int4), prune with "
+                        "structure: channel and distill, or use int4, int8 or fp16 (weight-only, "
+                        "calibrated on text)")
     image_layout = "NCHW"   # unused: language models read text
+    teaches_itself = True   # a distill step's default teacher is the original model
 
     def load(self, source: Any, *, weights: str | None = None, trust_pickle: bool = False,
              tokenizer: Any = None) -> LoadedLm:
@@ -39,10 +41,31 @@ class LlmBackend(SchemeExporter):
         return load_lm(source, tokenizer)
 
     def trains_step(self, step: Any) -> bool:
-        """int4 QAT (backends/llm/qat.py) is the language model's training step."""
+        """The language model's training steps: int4 QAT (backends/llm/qat.py), width pruning
+        (prune, structure: channel) and distillation (lm_steps.py)."""
         from compressor.schemes import Int4Qat
 
-        return isinstance(getattr(step, "scheme", None), Int4Qat)
+        if step.kind == "prune":
+            return step.structure == "channel"
+        return step.kind == "distill" or isinstance(getattr(step, "scheme", None), Int4Qat)
+
+    def prune(self, state: Any, config: Any, ctx: Any) -> Any:
+        """Pruning: MLP channels and KV groups removed by activation importance (width_prune.py)."""
+        from compressor.backends.llm.lm_steps import prune
+
+        return prune(state, config, ctx)
+
+    def distill(self, state: Any, config: Any, ctx: Any) -> Any:
+        """Distilling: the student trained on the teacher's next-token distributions."""
+        from compressor.backends.llm.lm_steps import distill
+
+        return distill(state, config, ctx)
+
+    def preflight(self, model: LoadedLm, steps: tuple[Any, ...], formats: tuple[str, ...]) -> None:
+        """Preflight: a prune / distill step the model cannot take, refused before any work."""
+        from compressor.backends.llm.lm_steps import check_steps
+
+        check_steps(model, steps)
 
     def clone(self, model: LoadedLm) -> LoadedLm:
         # No copy (a 7B model would need twice the memory): passes never write into the

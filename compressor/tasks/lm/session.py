@@ -17,7 +17,7 @@ from compressor.config.recipe import Recipe
 from compressor.config.steps import QuantizeConfig, ValidateConfig
 from compressor.tasks.lm.evaluate import GREEDY_TOKENS, greedy_prompts
 from compressor.core.workspace import make_work_folder
-from compressor.tasks.base import Opened, OpenRequest
+from compressor.tasks.base import Opened, OpenRequest, describe_ref
 
 DEFAULT_CONTEXT = 4096   # the KV cache an artifact is built for, unless --context says
 
@@ -134,6 +134,8 @@ def open_lm(request: OpenRequest, backend: Any, loaded: Any) -> Opened:
                                         request.formats_asked)
     check_split_asked(request.devices, formats)   # module:function: known once loaded
     check_quantize_steps(loaded, recipe)
+    backend.preflight(loaded, tuple(recipe.steps), formats)   # prune / distill it cannot take
+    teacher = teacher_of(request, loaded)
     progress = Progress(quiet=request.quiet)
     if dropped:
         progress.info(dropped)
@@ -151,11 +153,24 @@ def open_lm(request: OpenRequest, backend: Any, loaded: Any) -> Opened:
     ctx = Context(data=data, progress=progress, workdir=workdir, seed=request.seed,
                   formats=formats, validation=validation, reference_outputs=reference,
                   baseline_value=baseline, inputs=info.inputs, outputs=info.outputs,
-                  context=kv_context, plan=planned)
+                  context=kv_context, plan=planned, teacher=teacher)
     if planned is not None:   # report.json `plan`, as a path's plan before loading
         ctx.record.add_note("plan", planned)
     if loaded.notes:   # what loading decided (a .gguf's grids kept): report.json `notes`
         ctx.record.add_note("notes", list(loaded.notes))
         for note in loaded.notes:
             ctx.progress.info(note)
-    return Opened(info=info, ctx=ctx)
+    entry = None
+    if teacher is not None:   # report.json `teacher`
+        entry = {"model": "the original model" if teacher is loaded else
+                 describe_ref(request.teacher), "params": backend.describe(teacher).params}
+    return Opened(info=info, ctx=ctx, teacher_entry=entry)
+
+
+def teacher_of(request: OpenRequest, loaded: Any) -> Any:
+    """A distill recipe's teacher: --teacher (same vocabulary) or the original model."""
+    if not request.recipe.needs_teacher:
+        return None
+    from compressor.backends.llm.lm_steps import load_teacher
+
+    return load_teacher(request.teacher, loaded)
