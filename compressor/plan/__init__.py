@@ -143,22 +143,27 @@ def _model_folder(model: str | Path | dict) -> Path | None:
 
 
 def plan_gate(model_ref: str | Path | dict, recipe: str | Recipe, target: str | None,
-              context: int | None = None, batch: int = 1) -> dict | None:
+              context: int | None = None, batch: int = 1, devices: int | None = None
+              ) -> dict | None:
     """Raise DeviceBudgetError (exit 4) naming the plan's numbers when `recipe` (a Recipe or a
     built-in name) cannot fit `target` at `context`; else the plan (what report.json records
     as `plan`). The language-model task runs it before loading a model. None when there is no
     target, the recipe writes no language model (a step trains it), or `model_ref` is not a
-    model the plan reads shapes of."""
+    model the plan reads shapes of. `devices` K >= 2: the recipe split over K boards must fit,
+    each stage on its own board (the plan's `split`)."""
     if not target or target == "all":
         return None
     counted = planned(recipe if isinstance(recipe, Recipe) else recipe_of(recipe))
     if counted is None:
         return None
     try:
-        result = plan(model_ref, target, context, batch, [counted])
+        result = plan(model_ref, target, context, batch, [counted],
+                      devices=devices if devices and devices > 1 else None)
     except ModelLoadError:
         return None   # no shapes to read: nothing to plan
     p = result["plans"][0]
+    if "split" in result:
+        return _split_gate(result, target)
     if p["fits"]:
         return result
     usable = result["device"]["usable_bytes"]
@@ -170,3 +175,17 @@ def plan_gate(model_ref: str | Path | dict, recipe: str | Recipe, target: str | 
         f"{usable / gb:.2f} GB for a language model; it fits up to {p['max_context']} tokens. "
         f"Use a smaller recipe (compress plan {model_ref if not isinstance(model_ref, dict) else 'MODEL'} "
         f"--target {target}), a shorter context, or --force-plan to try anyway")
+
+
+def _split_gate(result: dict, target: str) -> dict:
+    """The plan of a split run, or DeviceBudgetError naming the stage that does not fit."""
+    split = result["split"]
+    if split["fits"]:
+        return result
+    usable = result["device"]["usable_bytes"]
+    largest = max(split["stages"], key=lambda s: s["bytes"])
+    raise DeviceBudgetError(
+        f"plan: {result['model']['name']} at {split['recipe']} over {split['devices']} boards: "
+        f"layers {largest['first_layer']}-{largest['last_layer']} need "
+        f"{largest['bytes'] / 1e9:.2f} GB but {target} has {usable / 1e9:.2f} GB for a language "
+        "model; use more --devices, a smaller recipe, a shorter context, or --force-plan")

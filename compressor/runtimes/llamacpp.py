@@ -180,8 +180,10 @@ def _start(path: Path, context: int, threads: int, kv_type: str):
     xllamacpp = _xllamacpp()
     params = xllamacpp.CommonParams()
     params.model.path = str(path)
-    params.n_ctx = int(context)
-    params.n_batch = params.n_ubatch = min(512, int(context))
+    # one slot past the context: a window of `context` tokens is scored up to its last
+    # position, which asks llama.cpp for one token more (the argmax after the whole window)
+    params.n_ctx = int(context) + 1
+    params.n_batch = params.n_ubatch = min(512, int(context) + 1)
     params.n_parallel = 1
     # a full-length cache for sliding-window layers too: teacher forcing moves back to earlier
     # positions, which a window-sized cache has already dropped (Gemma 3 with a 16-token

@@ -93,3 +93,15 @@ def test_recipes_a_language_model_cannot_be_written_in_are_refused_by_name(tmp_p
     with pytest.raises(UsageError, match=r"its scheme \(int8 dynamic\) stores no language model"):
         resolve(str(dynamic))
     assert plan_gate("llama-3.1-8b", "int8_qat", NX, 4096) is None
+
+
+def test_plan_gate_over_several_boards_judges_each_stage():
+    """--devices K: Llama-3.1-8B at int8 does not fit one Orin NX 8GB at 4096 tokens but fits
+    two (about 4.8 + 4.6 GiB); Gemma-7B at fp16 does not fit two, naming the stage."""
+    with pytest.raises(DeviceBudgetError, match="needs 9.9"):
+        plan_gate("llama-3.1-8b", "int8", "jetson-orin-nx-8gb", 4096)
+    split = plan_gate("llama-3.1-8b", "int8", "jetson-orin-nx-8gb", 4096, devices=2)["split"]
+    assert split["fits"] and [s["first_layer"] for s in split["stages"]] == [0, 17]
+    assert all(s["bytes"] < 5.3e9 for s in split["stages"])
+    with pytest.raises(DeviceBudgetError, match=r"over 2 boards: layers 0-15 need 11\.30 GB"):
+        plan_gate("gemma-7b", "fp16", "jetson-orin-nx-8gb", 4096, devices=2)

@@ -51,7 +51,7 @@ def artifact_context(model: Any, context: int | None) -> int:
 
 
 def check_plan_fits(model: Any, recipe: Recipe, target: str | None, context: int | None,
-                    force_plan: bool) -> dict | None:
+                    force_plan: bool, devices: int | None = None) -> dict | None:
     """`compress plan`'s verdict before any work: a recipe (built-in or a user's file) whose
     plan cannot fit the target is refused (exit 4) unless --force-plan; the plan of one that
     fits (report.json `plan`). The model's description is read once, from config.json and the
@@ -76,7 +76,8 @@ def check_plan_fits(model: Any, recipe: Recipe, target: str | None, context: int
         return None
     from compressor.plan import plan_gate
 
-    return plan_gate(str(model), recipe, target, context)   # None: the model's, at most 4096
+    return plan_gate(str(model), recipe, target, context,   # None: the model's, at most 4096
+                     devices=devices)   # --devices K: each stage on its own board
 
 
 def planned_before_loading(model: Any) -> bool:
@@ -97,7 +98,8 @@ def plan_loaded(request: OpenRequest, loaded: Any) -> dict | None:
     from compressor.plan import plan_gate
 
     return plan_gate(loaded.model.config.to_dict(), request.recipe, request.target,
-                     request.context)   # None: the model's positions, at most 4096
+                     request.context,   # None: the model's positions, at most 4096
+                     devices=request.devices)
 
 
 def check_quantize_steps(loaded: Any, recipe: Recipe) -> None:

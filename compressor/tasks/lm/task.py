@@ -33,7 +33,7 @@ class LmTask:
             formats, _ = writable_formats(config, request.formats, request.formats_asked)
         check_split_asked(request.devices, formats)
         return check_plan_fits(request.model_ref, request.recipe, request.target,
-                               request.context, request.force_plan)
+                               request.context, request.force_plan, request.devices)
 
     def open(self, request: OpenRequest, backend: Any, model: Any) -> Opened:
         from compressor.tasks.lm.session import open_lm
