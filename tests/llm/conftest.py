@@ -68,3 +68,19 @@ def bf16_lm_dir(tmp_path_factory, lm_tokenizer) -> Callable[[str], Path]:
         return built[family]
 
     return folder
+
+
+@pytest.fixture(scope="session")
+def int4_gguf_run(trained_lm_dir, tmp_path_factory):
+    """`compress --recipe int4 TRAINED --format gguf` as a user runs it, once per session:
+    (out folder, the CompletedProcess, report.json or None)."""
+    import json
+
+    from conftest import run_cli
+
+    out = tmp_path_factory.mktemp("gguf-int4") / "out"
+    result = run_cli("--recipe", "int4", str(trained_lm_dir), "--data", "text", "--out", str(out),
+                     "--format", "gguf")
+    report = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() \
+        else None
+    return out, result, report

@@ -60,15 +60,8 @@ def test_a_scale_float16_cannot_hold_is_written_f16_and_other_grids_rounded_agai
 
 
 @pytest.fixture(scope="module")
-def int4_gguf(trained_lm_dir, tmp_path_factory):
-    from conftest import run_cli
-
-    out = tmp_path_factory.mktemp("gguf-int4") / "out"
-    result = run_cli("--recipe", "int4", str(trained_lm_dir), "--data", "text", "--out", str(out),
-                     "--format", "gguf")
-    report = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() \
-        else None
-    return out, result, report
+def int4_gguf(int4_gguf_run):
+    return int4_gguf_run
 
 
 @pytest.mark.slow

@@ -91,16 +91,14 @@ def test_too_little_text_is_refused_before_training(random_lm_dir):
 
 
 @pytest.mark.slow
-def test_int4_qat_ends_closer_to_float_than_int4_in_every_format(trained_lm_dir, tmp_path):
-    rows = {}
-    for recipe, formats in (("int4", ("gguf",)), ("int4_qat", ("onnx", "tflite", "gguf"))):
-        result = cz.compress(str(trained_lm_dir), recipe=recipe, data="text", latency=False,
-                             out_dir=tmp_path / recipe, formats=formats)
-        assert result.exit_code == 0, result.report["failures"]
-        rows[recipe] = {row["format"]: row for row in result.report["artifacts"]}
-        if recipe == "int4_qat":
-            training = result.report["training"]
-    ptq, qat = rows["int4"]["gguf"], rows["int4_qat"]
+def test_int4_qat_ends_closer_to_float_than_int4_in_every_format(trained_lm_dir, int4_gguf_run,
+                                                                 tmp_path):
+    result = cz.compress(str(trained_lm_dir), recipe="int4_qat", data="text", latency=False,
+                         out_dir=tmp_path / "qat", formats=("onnx", "tflite", "gguf"))
+    assert result.exit_code == 0, result.report["failures"]
+    qat = {row["format"]: row for row in result.report["artifacts"]}
+    training = result.report["training"]
+    (ptq,) = int4_gguf_run[2]["artifacts"]   # int4 on the same model, the same windows
     print({k: round(v["perplexity_increase"], 5) for k, v in qat.items()}, ptq["perplexity_increase"])
     assert qat["gguf"]["perplexity_increase"] <= 0.7 * ptq["perplexity_increase"]
     assert qat["gguf"]["size_bytes"] == pytest.approx(ptq["size_bytes"], rel=0.005)
