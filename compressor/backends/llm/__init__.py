@@ -22,10 +22,10 @@ PREDICT_BATCH = 4   # windows per forward pass: [4, T, vocab] float32 logits at 
 class LlmBackend(SchemeExporter):
     name = "llm"
     task = "lm"
-    training_refusal = ("compressor does not {step} language models: step {number} `{step}`"
-                        "{mode} trains the model in a way only classifier models are trained; "
-                        "language models train in int4_qat (mode qat, dtype int4), prune with "
-                        "structure: channel and distill, or use int4, int8 or fp16 (weight-only, "
+    training_refusal = ("compressor does not fine-tune language models this way: step {number} "
+                        "`{step}`{mode} trains as only classifier models are trained; language "
+                        "models train in int4_qat (mode qat, dtype int4), prune with structure: "
+                        "channel and distill, or use int4, int8 or fp16 (weight-only, "
                         "calibrated on text)")
     image_layout = "NCHW"   # unused: language models read text
     teaches_itself = True   # a distill step's default teacher is the original model
