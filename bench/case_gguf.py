@@ -301,12 +301,18 @@ def _model_lines(name: str, entry: dict) -> list[str]:
              f"average {speed.get('loadavg')} after the speed runs.", ""]
     rows = entry.get("rows", {})
     body = [[label, r.get("exit_code"), r.get("size_bytes"), _types(r.get("tensor_types")),
-             r.get("perplexity"), r.get("increase_vs_f16"), r.get("increase_vs_torch"),
+             r.get("perplexity"), _percent(r.get("increase_vs_f16")),
+             _percent(r.get("increase_vs_torch")),
              r.get("top1_vs_f16"), (speed.get(label) or {}).get("decode_tokens_per_s"),
              r.get("wall_s")]
             for label in LABELS if (r := rows.get(label))]
     return lines + table(["file", "exit", "bytes", "tensors", "perplexity", "inc vs F16",
                           "inc vs torch", "top-1 vs F16", "decode tok/s", "compress s"], body)
+
+
+def _percent(value: float | None) -> str | None:
+    """A perplexity increase as a signed percentage (the table's 3 decimals would hide it)."""
+    return None if value is None else f"{value * 100:+.2f}%"
 
 
 def _types(counts: dict | None) -> str | None:
