@@ -34,4 +34,5 @@ register_format(Format(
     open_lm="compressor.runtimes.llamacpp:LlamaCppLm",
     lm_hint="a .gguf language model",
     # Q4_0 / Q8_0 hold symmetric integers per block of 32 (float16 scales): others rounded again
-    lm_weights="compressor.backends.llm.gguf_pack:as_computed"))
+    lm_weights="compressor.backends.llm.gguf_pack:as_computed",
+    lm_int8_block=32))   # Q8_0

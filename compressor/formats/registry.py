@@ -30,6 +30,8 @@ class Format:
     #                              inspector's float kernel weights
     lm_weights: str = ""         # (QuantizedLinear) -> the weight as its runtime computes a
     #                              language model's integers ("": exactly as quantized)
+    lm_int8_block: int = 0       # its own int8 grid: symmetric, a scale per this many inputs
+    #                              (an int8 candidate made on it; 0: none of its own)
     packages: tuple[str, ...] = ()   # pip packages of its runtime; the first installed one
     #                                  names the runtime in reports ("onnxruntime 1.32.0")
     default_export: bool = False   # in a recipe's `export` when the recipe names none

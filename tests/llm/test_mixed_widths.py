@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from compressor.backends.llm import mixed
-from compressor.backends.llm.grid import int8_rows, output_error, rtn
+from compressor.backends.llm.grid import int8_blocks, int8_rows, output_error, rtn
 
 
 def _unit(name: str, error: float, extra: int) -> mixed.Unit:
@@ -36,10 +36,18 @@ def test_int8_rows_is_symmetric_per_row_and_within_half_a_step():
     assert q.bits == 8 and q.group_size == 128 and (q.zeros == 128).all()
     assert (q.scales[:, 0:1] == q.scales).all()         # one scale per row, repeated per block
     step = weight.abs().amax(dim=1, keepdim=True) / 127
-    assert ((q.dequantize() - weight).abs() <= step / 2 + 1e-6).all()
+    assert torch.allclose(q.scales[:, :1], step, rtol=2 ** -11)   # float16-exact (GGUF's Q8_0)
+    assert (q.scales == q.scales.half().float()).all()
+    assert ((q.dequantize() - weight).abs() <= q.scales[:, :1] / 2 + 1e-6).all()
     # at 8 bits the output error is ~256x smaller than int4's
     int4 = rtn(weight, 4, 32, symmetric=True)
     assert output_error(weight, q, None) < output_error(weight, int4, None) / 100
+    # a scale per 32 inputs (llama.cpp's Q8_0): closer still, each block's own half step
+    blocks = int8_blocks(weight, 32)
+    assert blocks.group_size == 32 and (blocks.zeros == 128).all()
+    assert ((blocks.dequantize() - weight).abs()
+            <= blocks.scales.repeat_interleave(32, dim=1) / 2 + 1e-6).all()
+    assert output_error(weight, blocks, None) < output_error(weight, q, None)
 
 
 def test_units_keep_qkv_and_gate_up_together_and_price_int8(random_lm_dir):

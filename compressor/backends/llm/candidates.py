@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 import compressor.backends.llm.mixed as mixed
+from compressor.formats import format_named, resolve
 from compressor.backends.llm.model import LoadedLm, QuantizedLinear
 from compressor.backends.llm.layer_inputs import CALIBRATION_BATCH
 from compressor.backends.llm.quantize import (WeightOnlyPlan, computing_with, progress,
@@ -78,6 +79,9 @@ def choose_weights(loaded: LoadedLm, plan: WeightOnlyPlan, calibration: np.ndarr
         first = made[algorithms[0]].weights
         variants.append(Variant(f"{algorithms[0]}_rows", algorithms[0],
                                 lambda: mixed.int8_rows_for(first, floats)))
+        for block in sorted({format_named(f).lm_int8_block for f in formats} - {0}):
+            variants.append(Variant(f"{algorithms[0]}_blocks{block}", algorithms[0],
+                                    lambda b=block: mixed.int8_blocks_for(first, floats, b)))
     if len(variants) == 1:
         return variants[0].make(), None
     if scoring is None:   # no windows to score on: the first algorithm, mixed by output error
@@ -118,8 +122,6 @@ def _scored(model: Any, variants: list[Variant], windows: np.ndarray, formats: t
     """Each variant's KL per format, made and scored one at a time; the best and its weights.
     A format computes the integers as they are unless its registry entry names how its
     runtime changes them (Format.lm_weights: a .tflite rounds other grids again)."""
-    from compressor.formats import format_named, resolve
-
     views = {fmt: resolve(format_named(fmt).lm_weights) for fmt in formats
              if format_named(fmt).lm_weights}
     scorer = KlScorer(model, windows)

@@ -116,11 +116,28 @@ def int8_rows(weight: torch.Tensor, group_size: int) -> QuantizedLinear:
     before the integers are chosen for it)."""
     w = weight.detach().to(torch.float32)
     n, k = w.shape
-    scale = (w.abs().amax(dim=1) / 127).clamp(min=2.0 ** -14).to(torch.float16).to(torch.float32)
-    codes = torch.clamp(torch.round(w / scale[:, None]) + 128, 1, 255).to(torch.uint8)
-    scales = scale[:, None].expand(n, k // group_size).contiguous()
-    zeros = torch.full((n, k // group_size), 128, dtype=torch.uint8)
-    return QuantizedLinear(codes, scales, zeros, 8, group_size)
+    absmax = w.abs().amax(dim=1, keepdim=True).expand(n, k // group_size)
+    return _int8_symmetric(w, absmax, group_size)
+
+
+def int8_blocks(weight: torch.Tensor, block: int) -> QuantizedLinear:
+    """Symmetric int8 with a scale per `block` inputs of a row (absmax / 127, float16-exact):
+    llama.cpp's Q8_0 at block 32, which its own quantizer makes the same way; MatMulNBits holds
+    it too, a .tflite rounds it again onto one scale per row."""
+    w = weight.detach().to(torch.float32)
+    n, k = w.shape
+    return _int8_symmetric(w, w.reshape(n, k // block, block).abs().amax(dim=-1), block)
+
+
+def _int8_symmetric(w: torch.Tensor, absmax: torch.Tensor, block: int) -> QuantizedLinear:
+    """Codes 1..255 around zero point 128 for per-block absmax [N, K / block]; the scales are
+    made float16-exact (at least float16's smallest normal) before the codes are chosen."""
+    n, k = w.shape
+    scales = (absmax / 127).clamp(min=2.0 ** -14).to(torch.float16).to(torch.float32).contiguous()
+    groups = w.reshape(n, k // block, block)
+    codes = torch.clamp(torch.round(groups / scales[..., None]) + 128, 1, 255).to(torch.uint8)
+    zeros = torch.full((n, k // block), 128, dtype=torch.uint8)
+    return QuantizedLinear(codes.reshape(n, k), scales, zeros, 8, block)
 
 
 def output_error(weight: torch.Tensor, quantized: QuantizedLinear,

@@ -117,6 +117,21 @@ def with_int8(weights: dict[str, QuantizedLinear], names: Iterable[str], floats:
     return upgraded
 
 
+def int8_blocks_for(weights: dict[str, QuantizedLinear], floats: dict[str, Any], block: int
+                    ) -> dict[str, QuantizedLinear]:
+    """An int8 model's integers on a symmetric scale per `block` inputs (a format's own int8
+    grid: GGUF's Q8_0 at 32), where the widths allow it; other matrices as they are."""
+    from compressor.backends.llm.grid import int8_blocks
+
+    made = dict(weights)
+    for name, weight in weights.items():
+        if weight.experts is None and weight.shape[1] % block == 0:
+            blocks = int8_blocks(floats[name], block)
+            made[name] = QuantizedLinear.from_packed(blocks.packed, blocks.scales, blocks.zeros,
+                                                     8, block, transposed=weight.transposed)
+    return made
+
+
 def spare_bytes(weights: dict[str, QuantizedLinear], budget: float) -> float:
     """The bytes int8 may add: (budget - 1) x the int4 bytes of the matrices it may be bought
     for (stacks of experts stay int4 and do not count), the ceiling the planner counts
