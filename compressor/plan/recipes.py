@@ -41,8 +41,9 @@ class PlannedRecipe:
 
 
 def lm_scheme(recipe: Recipe) -> Scheme | None:
-    """The scheme a language model is written in under `recipe` (None: a step trains it,
-    which the language-model route refuses)."""
+    """The scheme a language model is written in under `recipe` (None: a prune or distill step
+    changes the model in ways the plan does not count before they run; a training quantize
+    step, int4 QAT, stores as its scheme says)."""
     if any(step.kind in ("prune", "distill") or (step.trains and step.kind != "quantize")
            for step in recipe.steps):
         return None
@@ -57,7 +58,7 @@ def lm_scheme(recipe: Recipe) -> Scheme | None:
 
 def planned(recipe: Recipe) -> PlannedRecipe | None:
     """`recipe` as the plan counts it; None when a language model cannot be written in it
-    (a step trains the model, or its scheme declares no storage for language models)."""
+    (a prune / distill step, or its scheme declares no storage for language models)."""
     scheme = lm_scheme(recipe)
     storage = None if scheme is None else scheme.storage
     if storage is None:
@@ -75,8 +76,9 @@ def resolve(ref: str | Path | Recipe | PlannedRecipe) -> PlannedRecipe:
     found = planned(recipe)
     if found is None:
         scheme = lm_scheme(recipe)
-        why = ("a step trains the model, which the language-model route does not do"
-               if scheme is None else f"its scheme ({scheme.label}) stores no language model")
+        why = ("a prune or distill step changes the model, which the plan does not count; "
+               "plan the recipe's quantize step alone" if scheme is None
+               else f"its scheme ({scheme.label}) stores no language model")
         raise UsageError(f"recipe {recipe.name!r} cannot be planned for a language model: {why}; "
                          f"plan {', '.join(DEFAULT_RECIPES)} or a recipe of weight-only / "
                          "float16 steps")

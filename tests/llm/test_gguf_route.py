@@ -148,7 +148,7 @@ def test_llama_cpp_computes_each_family_as_transformers_does(family, lm_tokenize
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["qwen2", "gemma2"])
+@pytest.mark.parametrize("family", ["qwen2"])   # qwen2: biases, no BOS; the rest: F32 above
 def test_int4_gguf_of_other_families(family, random_lm_dir, tmp_path):
     result = cz.compress(str(random_lm_dir(family)), recipe="int4", data="text",
                          out_dir=tmp_path / "out", formats=("gguf",), latency=False)

@@ -80,7 +80,8 @@ def test_plan_gate_plans_a_users_recipe():
 def test_recipes_a_language_model_cannot_be_written_in_are_refused_by_name(tmp_path, capsys):
     for args, message in [
         (("--recipe", "int8_qat"), "recipe 'int8_qat' cannot be planned for a language model: "
-                                   "a step trains the model"),
+                                   "its scheme (int8 qat) stores no language model"),
+        (("--recipe", "lm_prune30_kd"), "a prune or distill step changes the model"),
         (("--recipe", str(tmp_path / "missing.yaml")), "missing.yaml does not exist"),
         (("--recipes", "int5"), "unknown plan recipe 'int5'"),
     ]:
