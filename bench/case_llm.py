@@ -33,6 +33,7 @@ from pathlib import Path
 from bench.case import Case, RunContext, case_results, not_measured, target
 from bench.markdown import fmt, table
 from bench.measure import compress_cmd, error_line, python_cmd, ratio, run_process
+from bench.measure import increase_ratio as _vs, perplexity_increase as _increase, worst as _worst
 from bench.sides import ARTIFACTS, BENCH_RECIPES, MODELS
 
 WORK = ARTIFACTS / "llm"
@@ -245,20 +246,6 @@ def run(ctx: RunContext) -> dict:
         big = _big(runs, errors, ctx.quick)
     return {"models": models, "plan": plan, "mid": mid, "big": big, "slow_part": SLOW,
             "cpu": ctx.results.get("meta", {}).get("cpu"), "runs": runs, "errors": errors}
-
-
-def _increase(perplexity, base) -> float | None:
-    return round(perplexity / base - 1, 5) if perplexity and base else None
-
-
-def _vs(ours, theirs) -> float | None:
-    """ours / theirs for two perplexity increases; None where theirs is not above zero."""
-    return round(ours / theirs, 4) if ours is not None and theirs and theirs > 0 else None
-
-
-def _worst(values) -> float | None:
-    values = [v for v in values if v is not None]
-    return max(values) if values else None
 
 
 def derive(llm: dict) -> None:

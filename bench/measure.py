@@ -142,3 +142,19 @@ def median(values) -> float | None:
 
 def ratio(a, b, digits: int = 4) -> float | None:
     return round(a / b, digits) if a is not None and b else None
+
+
+def perplexity_increase(perplexity, base) -> float | None:
+    """perplexity / base - 1 (5 digits); None when either is missing."""
+    return round(perplexity / base - 1, 5) if perplexity and base else None
+
+
+def increase_ratio(ours, theirs) -> float | None:
+    """ours / theirs for two perplexity increases; None where theirs is not above zero."""
+    return round(ours / theirs, 4) if ours is not None and theirs and theirs > 0 else None
+
+
+def worst(values) -> float | None:
+    """The largest of the values that are there; None when none is."""
+    values = [v for v in values if v is not None]
+    return max(values) if values else None

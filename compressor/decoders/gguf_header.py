@@ -11,6 +11,12 @@ from typing import Any, BinaryIO
 from compressor.decoders.families import gguf_family, registered_families
 from compressor.errors import ModelLoadError
 
+# compressor's own keys in the .gguf files it writes (llama.cpp ignores them): the tokenizer
+# files (+ "tokenizer.json", ...), read by `compress generate`, and the context the run
+# validated, which the llama.cpp runtime sizes its KV cache to
+GGUF_TOKENIZER_KEY = "compressor.tokenizer."
+GGUF_CONTEXT_KEY = "compressor.context"
+
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q",
             11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9

@@ -11,7 +11,7 @@ import numpy as np
 
 from compressor.runtimes.base import ArtifactInfo, WeightTensor
 from compressor.runtimes.common import RUNTIME_OVERHEAD_BYTES, file_facts, weight_summary
-from compressor.runtimes.llamacpp import DEFAULT_CONTEXT, KV_BYTES, read_facts
+from compressor.runtimes.llamacpp import kv_cache_bytes, read_facts
 
 PREFILL_TOKENS = 512
 MATRIX_SUFFIXES = ("attn_q", "attn_k", "attn_v", "attn_output", "attn_qkv", "ffn_gate", "ffn_up",
@@ -46,8 +46,8 @@ def inspect_gguf(path: Path, sample_shapes=None) -> ArtifactInfo:
         entry["bits_per_weight"] = round(8 * entry["bytes"] / max(entry.pop("elements"), 1), 3)
     size, gzip_size, sha = file_facts(Path(path))
     params, dtypes, sparsity = weight_summary(weights)
-    context = facts["context"] or min(facts["trained_context"], DEFAULT_CONTEXT)
-    kv = facts["layers"] * 2 * facts["kv_heads"] * facts["head_dim"] * context * KV_BYTES["f16"]
+    context = facts["context"]
+    kv = kv_cache_bytes(facts, context)
     hidden = int(facts["fields"].get(f"{facts['architecture']}.embedding_length", 0))
     activations = PREFILL_TOKENS * (facts["vocab"] + 8 * hidden) * 4
     total_bytes = sum(e["bytes"] for e in storage.values())

@@ -19,15 +19,15 @@ from pathlib import Path
 
 import numpy as np
 
+from compressor.decoders.footprint_gguf import LLAMA_CPP_KV_TYPES
+from compressor.decoders.gguf_header import GGUF_CONTEXT_KEY as CONTEXT_KEY
+from compressor.decoders.gguf_header import GGUF_TOKENIZER_KEY as FILE_KEY
 from compressor.errors import BackendUnavailableError, DataError, ModelLoadError
 from compressor.runtimes.common import default_threads
 
 NAME = "llama.cpp"
-CONTEXT_KEY = "compressor.context"   # written by the GGUF route (backends/llm/gguf_vocab.py)
-FILE_KEY = "compressor.tokenizer."
 DEFAULT_CONTEXT = 4096               # a foreign file's KV cache: at most this, as other routes
 FORCE = 100.0                        # the logit bias that makes the forced token the sample
-KV_BYTES = {"f16": 2, "q8_0": 34 / 32, "f32": 4}
 
 
 def _xllamacpp():
@@ -58,8 +58,10 @@ def read_facts(path: Path) -> dict:
             "head_dim": int(fields.get(f"{arch}.attention.key_length", 0) or (
                 int(fields.get(f"{arch}.embedding_length", 0))
                 // max(int(fields.get(f"{arch}.attention.head_count", 1)), 1))),
-            "trained_context": int(fields.get(f"{arch}.context_length", DEFAULT_CONTEXT)),
-            "context": int(fields.get(CONTEXT_KEY, 0)), "reader": reader,
+            # the context the run validated; a foreign file's: its own, at most DEFAULT_CONTEXT
+            "context": int(fields.get(CONTEXT_KEY, 0)) or min(
+                int(fields.get(f"{arch}.context_length", DEFAULT_CONTEXT)), DEFAULT_CONTEXT),
+            "reader": reader,
             "vocab": len(reader.fields["tokenizer.ggml.tokens"].data)
             if "tokenizer.ggml.tokens" in reader.fields else 0,
             "plain_token": _plain_token(reader)}
@@ -75,6 +77,13 @@ def _plain_token(reader) -> int:
         if len(text) == 1 and text.isascii() and text.isalnum():
             return i
     return 0
+
+
+def kv_cache_bytes(facts: dict, context: int, kv_type: str = "f16") -> int:
+    """llama.cpp's KV cache for the file (`read_facts`) at `context` tokens: every layer's keys
+    and values at the cache type's bytes per element (footprint_gguf, as the plan counts it)."""
+    return int(facts["layers"] * 2 * facts["kv_heads"] * facts["head_dim"] * context
+               * LLAMA_CPP_KV_TYPES[kv_type])
 
 
 class LlamaCppLm:
@@ -93,10 +102,9 @@ class LlamaCppLm:
                              if k in facts["fields"])
         self.vocab_size = facts["vocab"]
         self._plain = facts["plain_token"]
-        self.context = facts["context"] or min(facts["trained_context"], DEFAULT_CONTEXT)
+        self.context = facts["context"]
         self.kv_type = kv_type
-        self.kv_cache_bytes = int(facts["layers"] * 2 * facts["kv_heads"] * facts["head_dim"]
-                                  * self.context * KV_BYTES[kv_type])
+        self.kv_cache_bytes = kv_cache_bytes(facts, self.context, kv_type)
         self._server = _start(self.path, self.context, self.threads, kv_type)
 
     def _complete(self, prompt: list[int], **options) -> dict:

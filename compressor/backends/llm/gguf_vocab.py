@@ -12,10 +12,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from compressor.decoders.gguf_header import GGUF_TOKENIZER_KEY as FILE_KEY
 from compressor.errors import BackendUnavailableError
 
-FILE_KEY = "compressor.tokenizer."          # + tokenizer.json / tokenizer_config.json
-CONTEXT_KEY = "compressor.context"          # the context the run validated (llama.cpp's n_ctx)
 CONTROL, NORMAL = 3, 1                      # llama.cpp token types
 # llama.cpp's pre-tokenizer names for the split patterns of common byte-level BPE tokenizers
 # (convert_hf_to_gguf.py tells them apart by a hash of their output; the pattern says the same)

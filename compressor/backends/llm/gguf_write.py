@@ -18,7 +18,8 @@ import numpy as np
 
 import compressor.backends.llm.gguf_meta as meta
 import compressor.backends.llm.gguf_pack as pack
-from compressor.backends.llm.gguf_vocab import CONTEXT_KEY, write_tokenizer
+from compressor.backends.llm.gguf_vocab import write_tokenizer
+from compressor.decoders.gguf_header import GGUF_CONTEXT_KEY as CONTEXT_KEY
 from compressor.backends.llm.model import run_context
 from compressor.errors import BackendUnavailableError
 
