@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from compressor.cli.guard import Parser, debug_requested, guarded
+from compressor.core.cluster import record_exit_code
 
 SUBCOMMANDS = ("recipes", "inspect", "eval", "devices", "sweep", "plan", "generate", "report",
                "split", "stage")
@@ -36,7 +37,9 @@ exit codes: 0 passed, 1 internal error (a bug: rerun with --debug for the traceb
 def main(argv: list[str] | None = None) -> int:
     os.environ["COMPRESSOR_CLI"] = "1"   # compressor.core.quiet: the command owns the root logger
     debug, argv = debug_requested(list(sys.argv[1:] if argv is None else argv))
-    return guarded(lambda: _dispatch(argv), debug)
+    code = guarded(lambda: _dispatch(argv), debug)
+    record_exit_code(code)   # a `--workers` rank's code, for its launcher
+    return code
 
 
 def _dispatch(argv: list[str]) -> int:

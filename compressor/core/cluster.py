@@ -37,3 +37,29 @@ def rank() -> int:
 
 def under_launcher() -> bool:
     return ("WORLD_SIZE" in os.environ and "RANK" in os.environ) or tf_config_workers() > 1
+
+
+# `compress --workers` names a folder where every rank leaves its exit code: torchrun reports
+# any failed rank as 1, and a bad input (2) or a failed gate (3) must reach the user as such
+EXIT_CODES_ENV = "COMPRESSOR_RANK_EXIT_CODES"
+
+
+def record_exit_code(code: int) -> None:
+    """This rank's exit code, for the `--workers` launcher (nothing outside it)."""
+    folder = os.environ.get(EXIT_CODES_ENV)
+    if folder and under_launcher() and os.path.isdir(folder):
+        with open(os.path.join(folder, f"rank{rank()}"), "w") as handle:
+            handle.write(str(code))
+
+
+def recorded_exit_code(folder: str, launcher_code: int) -> int:
+    """Rank 0's exit code when it failed, else the first failed rank's, else the launcher's."""
+    codes = {}
+    for name in os.listdir(folder):
+        if name.startswith("rank") and name[4:].isdigit():
+            with open(os.path.join(folder, name)) as handle:
+                text = handle.read().strip()
+            if text.lstrip("-").isdigit():
+                codes[int(name[4:])] = int(text)
+    failed = [codes[r] for r in sorted(codes) if codes[r] != 0]
+    return failed[0] if failed else launcher_code

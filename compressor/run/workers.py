@@ -22,6 +22,7 @@ from pathlib import Path
 
 # where this process stands (core/cluster.py), also asked for here by older callers
 from compressor.core.cluster import rank, tf_config, tf_config_workers, under_launcher  # noqa: F401
+from compressor.core.cluster import EXIT_CODES_ENV, recorded_exit_code
 
 STOP_GRACE_S = 10
 
@@ -35,9 +36,11 @@ def launch(workers: int, argv: list[str], framework: str = "torch") -> int:
         if framework == "keras":
             return _launch_tf_workers(workers, argv, env)
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        env[EXIT_CODES_ENV] = tempfile.mkdtemp(prefix="exit-codes-", dir=scratch)
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                    "--nproc-per-node", str(workers), "-m", "compressor.cli", *argv]
-        return subprocess.run(command, env=env, check=False).returncode
+        launcher_code = subprocess.run(command, env=env, check=False).returncode
+        return recorded_exit_code(env[EXIT_CODES_ENV], launcher_code)
     finally:
         _remove_all_but_cited_logs(Path(scratch))
 

@@ -5,7 +5,10 @@ Batches of the recipe's calibration windows (a new permutation each epoch, seed 
 recipe's optimizer and lr schedule (warmup, cosine; backends/fine_tuning.py), a progress bar
 with the running loss and tokens/s, and the training facts report.json records under
 `training` (steps, seconds, tokens/s, the training's peak RSS, the loss at the start and the
-end). The loss of a batch is the caller's; `distillation_loss` is the one QAT and distill
+end). Under `--workers N` (torchrun)
+every rank takes its share of each batch (the same permutation everywhere), starts from rank
+0's weights and sums the share-weighted gradients before each step: the steps of one process
+training the whole batch. The loss of a batch is the caller's; `distillation_loss` is the one QAT and distill
 share: KL(teacher || student) of the next-token distributions at a temperature (x T^2), plus a
 weight of the hard next-token cross-entropy, the teacher's logits computed batch by batch.
 """
@@ -21,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+import compressor.backends.torch.ranks as ranks
 from compressor.backends.fine_tuning import lr_at, peak_lr
 from compressor.core.memory import TreeRssSampler, rss_of
 from compressor.errors import DataError
@@ -99,6 +103,7 @@ def train_windows(windows: np.ndarray, config: Any, loss_of: Callable[[torch.Ten
     batch = min(config.batch_size, len(windows))
     per_epoch = len(windows) // batch
     steps = max(1, config.epochs * per_epoch)
+    rank, size = _ranks(optimizer, batch, progress)
     order = np.random.default_rng(0)
     sampler = TreeRssSampler(os.getpid(), SAMPLE_S)
     before = rss_of(os.getpid())
@@ -110,28 +115,51 @@ def train_windows(windows: np.ndarray, config: Any, loss_of: Callable[[torch.Ten
                 if step % per_epoch == 0:
                     permutation = order.permutation(len(windows))
                 first = (step % per_epoch) * batch
-                ids = torch.as_tensor(windows[permutation[first:first + batch]])
+                chosen = windows[permutation[first:first + batch]]
+                ids = torch.as_tensor(chosen[rank::size])
                 for group in optimizer.param_groups:
                     group["lr"] = lr_at(step, steps, config) * group["scale"]
-                loss = loss_of(ids)
+                loss = loss_of(ids) * (len(ids) / len(chosen))   # this rank's share
                 loss.backward()
+                loss = float(loss.detach())
+                if size > 1:
+                    ranks.summed_gradients(_parameters(optimizer))
+                    loss = ranks.summed(loss)
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
-                losses.append(float(loss.detach()))
-                tokens += ids.numel()
+                losses.append(loss)
+                tokens += chosen.size
                 rate = tokens / (time.perf_counter() - started)
                 advance(1, f"loss {np.mean(losses[-10:]):.4f}, {rate:,.0f} tokens/s")
     finally:
         sampler.stop()
         sampler.join()
     seconds = time.perf_counter() - started
-    return {"steps": steps, "batch_windows": batch, "tokens": tokens,
+    return {"steps": steps, "batch_windows": batch, "tokens": tokens, "ranks": size,
             "seconds": round(seconds, 2), "tokens_per_s": round(tokens / seconds, 1),
             "precision": config.precision, "lr": peak_lr(config),
             "loss_first": round(float(np.mean(losses[:5])), 6),
             "loss_last": round(float(np.mean(losses[-5:])), 6),
             "peak_rss_bytes": sampler.peak,
             "peak_rss_increase_bytes": max(sampler.peak - before, 0)}
+
+
+def _ranks(optimizer: torch.optim.Optimizer, batch: int, progress: Any) -> tuple[int, int]:
+    """(this rank, the ranks) of a data-parallel run, every rank starting from rank 0's
+    weights; (0, 1) alone. A batch must give every rank a window."""
+    rank, size = ranks.rank_and_size()
+    if size > 1:
+        if batch < size:
+            raise DataError(f"a batch of {batch} windows cannot be shared by {size} ranks; "
+                            f"set batch_size >= {size} or use fewer --workers")
+        ranks.same_start(_parameters(optimizer))
+        progress.info(f"data-parallel fine-tuning on {size} ranks (gloo): each takes "
+                      f"1/{size} of every batch of {batch} windows")
+    return rank, size
+
+
+def _parameters(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [p for group in optimizer.param_groups for p in group["params"]]
 
 
 def facts_line(label: str, facts: dict) -> str:

@@ -11,7 +11,6 @@ backends/torch/epochs.py).
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from compressor.backends.torch.env import configure_environment
 from compressor.backends.torch.epochs import EpochJudge, freeze_batch_norm, optimizer_for, set_lr
 from compressor.backends.torch.feature_distill import feature_distillation
 from compressor.backends.torch.io import as_tensors, selected_output
+from compressor.backends.torch.ranks import data_parallel
 from compressor.backends.training_data import training_inputs
 from compressor.backends.training_rules import (CROSS_ENTROPY_ON_PROBABILITIES, MSE,
                                                 PROBE_SAMPLES, ArrayOps, as_logits,
@@ -172,17 +172,6 @@ def training_setup(model: torch.nn.Module, inputs: list[torch.Tensor], y: np.nda
     trained = torch.nn.parallel.DistributedDataParallel(model) if sampler is not None else model
     return TrainingSetup(model=trained, loader=loader, optimizer=optimizer, loss=loss,
                          sampler=sampler)
-
-
-def data_parallel() -> bool:
-    """Whether this process is one rank of a process group of 2+ ranks; a torchrun rank
-    (WORLD_SIZE in the environment) joins the group here, with gloo (CPU tensors)."""
-    distributed = torch.distributed
-    if not distributed.is_available():
-        return False
-    if not distributed.is_initialized() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        distributed.init_process_group("gloo")
-    return distributed.is_initialized() and distributed.get_world_size() > 1
 
 
 @dataclass(frozen=True)
