@@ -33,8 +33,9 @@ def _context(loaded, tmp_path: Path, calibration: int = 16, window: int = 64) ->
 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "gemma3_text"])
 def test_width_pruning_keeps_a_valid_config_that_reloads(family, random_lm_dir, tmp_path):
-    """Tiny Llama (hidden 64, 4 heads / 2 KV heads of 16, MLP 128): 106,816 -> 82,240
-    parameters (0.77x): MLP 96 channels, 2 query heads on 1 KV head per layer."""
+    """Tiny Llama (hidden 64, 4 heads / 2 KV heads of 16, MLP 128, a 512-token table = 31% of
+    it): sparsity 0.3 = 30% of the parameters: 106,816 -> 76,096 (0.71x): 2 query heads on 1
+    KV head, MLP 80 channels (the nearest multiple of 16 to what the share leaves) per layer."""
     import transformers
 
     loaded = load_lm(random_lm_dir(family))
@@ -42,11 +43,11 @@ def test_width_pruning_keeps_a_valid_config_that_reloads(family, random_lm_dir, 
     pruned = lm_steps.prune(ModelState(model=loaded), PRUNE30, ctx).model
     config = pruned.config
     assert config.num_attention_heads % config.num_key_value_heads == 0
-    assert (config.num_key_value_heads, config.intermediate_size, config.head_dim) == (1, 96, 16)
+    assert (config.num_key_value_heads, config.intermediate_size, config.head_dim) == (1, 80, 16)
     before, after = width_prune.params(loaded.model), width_prune.params(pruned.model)
-    assert after <= 0.8 * before, (before, after)
+    assert after <= 0.72 * before, (before, after)
     if family == "llama":
-        assert (before, after) == (106_816, 82_240)
+        assert (before, after) == (106_816, 76_096)
     assert ctx.record.notes["pruning"]["params_after"] == after
     pruned.model.save_pretrained(tmp_path / "pruned")
     reloaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "pruned").eval()
@@ -75,7 +76,7 @@ def test_the_ranking_prunes_silenced_channels_and_heads_first(random_lm_dir, tmp
     windows = _context(loaded, tmp_path).data.train[0]
     kept = width_prune.plan(model, windows, 0.3)
     for channels, groups in kept:
-        assert len(channels) == 96 and not set(silenced) & set(channels.tolist())
+        assert len(channels) == 80 and not set(silenced) & set(channels.tolist())
         assert groups.tolist() == [0]
     mlp, heads = width_prune.importance(model, windows)
     assert float(mlp[0][silenced].max()) == 0.0 and float(heads[0][2:].max()) == 0.0

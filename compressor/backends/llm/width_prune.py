@@ -12,11 +12,15 @@ intermediate_size, num_attention_heads and num_key_value_heads changed and head_
 out (unchanged), weights sliced from the original's, so it reloads in transformers and every
 route exports it.
 
-Widths: of `n` KV groups, round(sparsity x n) go (halves up), and a ratio that would leave no
-group is refused. MLP channels: the kept width is the nearest multiple of the largest of 128,
-64, 32, 16, 8 that divides the original width at least 8 times (128 for a 4096-or-wider MLP:
-int4 groups of 128 still fit; 16 for the tests' 128-wide MLP: 128 -> 96 at 0.3), never below
-one multiple; the step's `channel_multiple` (when set above 1) is used instead.
+Widths: `sparsity` is the share of the model's parameters removed (the token table and the
+norms count, and are not pruned: "prune 30%" leaves about 0.70x the parameters, as a user who
+counts parameters means it). Of `n` KV groups, round(sparsity x n) go (halves up; a ratio that
+would leave no group is refused); the MLP then loses the channels that bring the whole model to
+(1 - sparsity) of its parameters, its kept width rounded to the nearest multiple of the largest
+of 128, 64, 32, 16, 8 that divides the original width at least 8 times (128 for a 4096-or-wider
+MLP: int4 groups of 128 still fit; 16 for the tests' 128-wide MLP), never below one multiple (a
+model whose token table is most of it cannot lose the whole share: the prune step prints what
+it reached); the step's `channel_multiple` (when set above 1) is used instead.
 
 Layers must be the standard q/k/v/o + gate/up/down linears: a mixture of experts, fused
 projections (phi3's qkv_proj / gate_up_proj) or norms over all heads (olmo2) are refused
@@ -86,11 +90,17 @@ def kept_groups(groups: int, sparsity: float) -> int:
     return groups - math.floor(sparsity * groups + 0.5)
 
 
-def kept_channels(width: int, sparsity: float, channel_multiple: int = 1) -> int:
-    """The MLP width kept (module docstring: multiples of 128 ... 8)."""
+def kept_channels(model: Any, sparsity: float, channel_multiple: int = 1) -> int:
+    """The MLP width kept (module docstring): what the parameter share leaves after the KV
+    groups went, to the nearest multiple."""
+    heads, kv, head_dim, width = shape_of(model.config)
+    hidden, layers = model.config.hidden_size, len(layers_of(model))
+    per_group = (2 * heads // kv + 2) * head_dim * hidden      # q, o and k, v rows of a group
+    left = sparsity * params(model) - layers * (kv - kept_groups(kv, sparsity)) * per_group
+    channels_out = max(left, 0.0) / (layers * 3 * hidden)       # gate, up rows and down columns
     multiple = channel_multiple if channel_multiple > 1 else next(
         (m for m in MULTIPLES if width % m == 0 and width >= 8 * m), 1)
-    kept = math.floor(width * (1 - sparsity) / multiple + 0.5) * multiple
+    kept = math.floor((width - channels_out) / multiple + 0.5) * multiple
     return min(width, max(multiple, kept))
 
 
@@ -137,8 +147,8 @@ def plan(model: Any, windows: np.ndarray, sparsity: float, channel_multiple: int
     important ones."""
     import torch
 
-    heads, kv, _, width = shape_of(model.config)
-    channels, groups = kept_channels(width, sparsity, channel_multiple), kept_groups(kv, sparsity)
+    heads, kv, _, _ = shape_of(model.config)
+    channels, groups = kept_channels(model, sparsity, channel_multiple), kept_groups(kv, sparsity)
     mlp, att = importance(model, windows)
     kept = []
     for channel_scores, head_scores in zip(mlp, att):
