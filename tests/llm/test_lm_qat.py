@@ -119,3 +119,31 @@ def test_int4_qat_is_listed_and_planned_like_int4():
                                           context=1024, recipes=["int4", "int4_qat"])["plans"]}
     assert plans["int4_qat"]["weights_bytes"] == plans["int4"]["weights_bytes"]
     assert dataclasses.is_dataclass(_scheme())
+
+
+@pytest.mark.parametrize("hard_weight, loss", [(0.0, "kl"), (0.3, "kl"), (0.5, "mse")])
+def test_the_loss_summed_window_by_window_is_the_batch_loss(random_lm_dir, monkeypatch,
+                                                             hard_weight, loss):
+    """A big vocabulary's loss runs a few windows at a time under checkpointing: the same
+    value and the same gradients as the whole batch at once."""
+    import copy
+
+    from compressor.backends.llm import lm_train
+
+    loaded = load_lm(random_lm_dir("llama"))
+    teacher = lm_train.frozen_teacher(loaded.model, bf16=False)
+    ids = torch.randint(4, 500, (5, 24))
+    results = []
+    for chunk in (1 << 30, 2 * 23 * 512 * 4):     # one chunk; 2 windows per chunk
+        monkeypatch.setattr(lm_train, "CHUNK_BYTES", chunk)
+        student = copy.deepcopy(loaded.model).train()
+        with torch.no_grad():   # a student unlike its teacher
+            for parameter in student.parameters():
+                parameter.mul_(1.1)
+        value = lm_train.distillation_loss(student, teacher, ids, 2.0, hard_weight, False, loss)
+        value.backward()
+        results.append((value.detach(), student.model.layers[0].mlp.up_proj.weight.grad.clone()))
+    (whole, whole_grad), (chunked, chunked_grad) = results
+    assert float(whole) > 0
+    assert torch.allclose(whole, chunked, rtol=1e-5)
+    assert torch.allclose(whole_grad, chunked_grad, rtol=1e-4, atol=1e-9)

@@ -5,12 +5,15 @@ Batches of the recipe's calibration windows (a new permutation each epoch, seed 
 recipe's optimizer and lr schedule (warmup, cosine; backends/fine_tuning.py), a progress bar
 with the running loss and tokens/s, and the training facts report.json records under
 `training` (steps, seconds, tokens/s, the training's peak RSS, the loss at the start and the
-end). Under `--workers N` (torchrun)
-every rank takes its share of each batch (the same permutation everywhere), starts from rank
-0's weights and sums the share-weighted gradients before each step: the steps of one process
-training the whole batch. The loss of a batch is the caller's; `distillation_loss` is the one QAT and distill
-share: KL(teacher || student) of the next-token distributions at a temperature (x T^2), plus a
-weight of the hard next-token cross-entropy, the teacher's logits computed batch by batch.
+end). Under `--workers N` (torchrun) every rank takes its share of each batch (the same
+permutation everywhere), starts from rank 0's weights and sums the share-weighted gradients
+before each step: the steps of one process training the whole batch.
+
+The loss of a batch is the caller's; `distillation_loss` is the one QAT and distill share:
+KL(teacher || student) of the next-token distributions at a temperature (x T^2), plus a weight
+of the hard next-token cross-entropy, the teacher's logits computed batch by batch. Losses are
+summed one window at a time under checkpointing (`_per_window`), so a 49k vocabulary's float
+copies exist for one window only.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ from compressor.errors import DataError
 
 SAMPLE_S = 0.01      # the peak-RSS sampler's interval while training
 MIN_WINDOWS = 8
+CHUNK_BYTES = 64 * 2**20   # float logits a loss chunk holds at a time (_per_window)
 
 
 def check_windows(windows: np.ndarray, what: str) -> None:
@@ -57,31 +61,64 @@ def distillation_loss(student: Any, teacher: Any, ids: torch.Tensor, temperature
     distillation scales it; `loss: mse`: the mean squared difference of the logits), mixed
     with the next-token cross-entropy: (1 - hard_weight) x soft + hard_weight x hard."""
     with torch.no_grad(), autocast(bf16):
-        target = teacher(input_ids=ids, use_cache=False).logits[:, :-1]
+        target = teacher(input_ids=ids, use_cache=False).logits
     with autocast(bf16):
-        logits = student(input_ids=ids, use_cache=False).logits[:, :-1]
-    vocab = logits.shape[-1]
-    logits = logits.float().reshape(-1, vocab)
-    target = target.float().reshape(-1, vocab)
-    if loss == "mse":
-        soft = torch.nn.functional.mse_loss(logits, target)
-    else:
-        t = temperature
-        soft = torch.nn.functional.kl_div(torch.log_softmax(logits / t, dim=-1),
-                                          torch.log_softmax(target / t, dim=-1),
-                                          log_target=True, reduction="batchmean") * t * t
-    if not hard_weight:
-        return soft
-    hard = torch.nn.functional.cross_entropy(logits, ids[:, 1:].reshape(-1))
-    return (1 - hard_weight) * soft + hard_weight * hard
+        logits = student(input_ids=ids, use_cache=False).logits
+
+    def summed(student_rows: torch.Tensor, teacher_rows: torch.Tensor, labels: torch.Tensor
+               ) -> torch.Tensor:
+        student_rows, teacher_rows = student_rows.float(), teacher_rows.float()
+        if loss == "mse":
+            soft = torch.nn.functional.mse_loss(student_rows, teacher_rows, reduction="sum")
+            soft = soft / student_rows.shape[-1]
+        else:
+            t = temperature
+            soft = torch.nn.functional.kl_div(
+                torch.log_softmax(student_rows / t, dim=-1),
+                torch.log_softmax(teacher_rows / t, dim=-1),
+                log_target=True, reduction="sum") * t * t
+        if not hard_weight:
+            return soft
+        hard = torch.nn.functional.cross_entropy(student_rows, labels, reduction="sum")
+        return (1 - hard_weight) * soft + hard_weight * hard
+
+    return _per_window(summed, logits, target, ids)
 
 
 def next_token_loss(student: Any, ids: torch.Tensor, bf16: bool) -> torch.Tensor:
     """The text's own next tokens as labels (fine-tuning without a teacher)."""
     with autocast(bf16):
-        logits = student(input_ids=ids, use_cache=False).logits[:, :-1]
-    return torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
-                                             ids[:, 1:].reshape(-1))
+        logits = student(input_ids=ids, use_cache=False).logits
+
+    def summed(rows: torch.Tensor, _: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(rows.float(), labels, reduction="sum")
+
+    return _per_window(summed, logits, logits, ids)
+
+
+def _per_window(summed: Callable, logits: torch.Tensor, target: torch.Tensor,
+                ids: torch.Tensor) -> torch.Tensor:
+    """The mean over every predicted token of `summed(student rows, teacher rows, labels)`.
+    When the batch's float logits exceed CHUNK_BYTES, a few windows at a time under activation
+    checkpointing: the float copies, log-softmaxes and their gradients ([tokens, vocab] each,
+    0.4 GB per copy for 8 windows of 256 tokens of a 49k vocabulary) then exist for one chunk,
+    not for the batch (recomputed in backward; a small model's batch is one chunk)."""
+    from torch.utils.checkpoint import checkpoint
+
+    windows, tokens = len(ids), ids.shape[1] - 1
+    per_chunk = max(1, CHUNK_BYTES // (tokens * logits.shape[-1] * 4))
+    if per_chunk >= windows:
+        total = summed(logits[:, :-1].reshape(-1, logits.shape[-1]),
+                       target[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
+        return total / (windows * tokens)
+    total = logits.new_zeros((), dtype=torch.float32)
+    for first in range(0, windows, per_chunk):
+        rows = slice(first, first + per_chunk)
+        total = total + checkpoint(
+            summed, logits[rows, :-1].reshape(-1, logits.shape[-1]),
+            target[rows, :-1].reshape(-1, logits.shape[-1]), ids[rows, 1:].reshape(-1),
+            use_reentrant=False)
+    return total / (windows * tokens)
 
 
 def optimizer_for(config: Any, groups: list[dict]) -> torch.optim.Optimizer:
