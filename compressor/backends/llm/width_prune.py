@@ -17,10 +17,12 @@ norms count, and are not pruned: "prune 30%" leaves about 0.70x the parameters, 
 counts parameters means it). Of `n` KV groups, round(sparsity x n) go (halves up; a ratio that
 would leave no group is refused); the MLP then loses the channels that bring the whole model to
 (1 - sparsity) of its parameters, its kept width rounded to the nearest multiple of the largest
-of 128, 64, 32, 16, 8 that divides the original width at least 8 times (128 for a 4096-or-wider
-MLP: int4 groups of 128 still fit; 16 for the tests' 128-wide MLP), never below one multiple (a
-model whose token table is most of it cannot lose the whole share: the prune step prints what
-it reached); the step's `channel_multiple` (when set above 1) is used instead.
+of 128, 64, 32, 16, 8 that divides the original width at least 4 times (128 for SmolLM2's 1536
+or any 512-or-wider multiple of 128, so int4 groups of 128 still fit; 32 for the tests' 128-wide
+MLP: our int4 group, a GGUF block), never below one multiple (a model whose token table is most
+of it cannot lose the whole share: the prune step prints what it reached); the step's
+`channel_multiple` (when set above 1) is used instead. A later quantize step whose group does
+not divide the kept width is refused before any work (tasks/lm/session.check_quantize_steps).
 
 Layers must be the standard q/k/v/o + gate/up/down linears: a mixture of experts, fused
 projections (phi3's qkv_proj / gate_up_proj) or norms over all heads (olmo2) are refused
@@ -37,6 +39,7 @@ import numpy as np
 ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP = ("gate_proj", "up_proj", "down_proj")
 MULTIPLES = (128, 64, 32, 16, 8)
+MIN_MULTIPLES = 4   # a multiple is used when the original width holds it this many times
 BATCH = 4   # calibration windows per forward while measuring importance
 
 
@@ -99,7 +102,7 @@ def kept_channels(model: Any, sparsity: float, channel_multiple: int = 1) -> int
     left = sparsity * params(model) - layers * (kv - kept_groups(kv, sparsity)) * per_group
     channels_out = max(left, 0.0) / (layers * 3 * hidden)       # gate, up rows and down columns
     multiple = channel_multiple if channel_multiple > 1 else next(
-        (m for m in MULTIPLES if width % m == 0 and width >= 8 * m), 1)
+        (m for m in MULTIPLES if width % m == 0 and width >= MIN_MULTIPLES * m), 1)
     kept = math.floor((width - channels_out) / multiple + 0.5) * multiple
     return min(width, max(multiple, kept))
 

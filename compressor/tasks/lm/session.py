@@ -14,7 +14,7 @@ from compressor.core.context import Context
 from compressor.errors import UsageError
 from compressor.core.progress import Progress
 from compressor.config.recipe import Recipe
-from compressor.config.steps import QuantizeConfig, ValidateConfig
+from compressor.config.steps import PruneConfig, QuantizeConfig, ValidateConfig
 from compressor.tasks.lm.evaluate import GREEDY_TOKENS, greedy_prompts
 from compressor.core.workspace import make_work_folder
 from compressor.tasks.base import Opened, OpenRequest, describe_ref
@@ -104,18 +104,39 @@ def plan_loaded(request: OpenRequest, loaded: Any) -> dict | None:
 
 def check_quantize_steps(loaded: Any, recipe: Recipe) -> None:
     """Refuse before any work what a language model's quantize step cannot do: a group size
-    that does not divide its widths (RecipeError naming the step and the size that fits)."""
+    that does not divide its widths, as an earlier width-pruning step leaves them (RecipeError
+    naming the step and the size that fits)."""
     from compressor.backends.llm.handlers import weight_only_plan
     from compressor.backends.llm.quantize import check_grid_fits
     from compressor.errors import RecipeError
 
+    pruned_width = None   # the MLP width an earlier prune step keeps
     for index, step in enumerate(recipe.steps):
+        if isinstance(step, PruneConfig):
+            pruned_width = _pruned_mlp_width(loaded, step) or pruned_width
         if isinstance(step, QuantizeConfig):
             plan = weight_only_plan(step.scheme, loaded)
             try:
                 check_grid_fits(loaded, plan)
             except RecipeError as exc:
                 raise RecipeError(f"steps.{index}: {exc}") from None
+            if plan is not None and pruned_width and pruned_width % plan.group_size:
+                raise RecipeError(
+                    f"steps.{index}: quantize group_size {plan.group_size} does not divide the "
+                    f"MLP width {pruned_width} the prune step keeps; give the prune step "
+                    f"channel_multiple: {plan.group_size}")
+
+
+def _pruned_mlp_width(loaded: Any, step: PruneConfig) -> int | None:
+    """The MLP width a width-pruning step keeps (None: it cannot prune this model; the step
+    says why when it runs)."""
+    import compressor.backends.llm.width_prune as width_prune
+
+    if step.structure != "channel" or step.sparsity is None:
+        return None
+    if width_prune.refusal(loaded.model, step.sparsity, step.channel_multiple) is not None:
+        return None
+    return width_prune.kept_channels(loaded.model, step.sparsity, step.channel_multiple)
 
 
 def open_lm(request: OpenRequest, backend: Any, loaded: Any) -> Opened:
