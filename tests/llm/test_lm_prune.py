@@ -114,7 +114,7 @@ def test_lm_prune30_kd_to_onnx(trained_lm_dir, tmp_path):
     report = result.report
     (row,) = report["artifacts"]
     print(report["baseline"]["perplexity"], row["perplexity"], report["distillation"]["seconds"])
-    assert row["perplexity_increase"] <= report["gate"]["max_increase"] == 0.15
+    assert row["perplexity_increase"] <= report["gate"]["max_increase"] == 0.25
     assert report["pruning"]["params_after"] <= 0.8 * report["pruning"]["params_before"]
     assert report["teacher"]["model"] == "the original model"
     genai = json.loads(next((tmp_path / "out").rglob("genai_config.json")).read_text())
