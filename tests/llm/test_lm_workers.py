@@ -36,22 +36,24 @@ validate:
 """
 
 
-def _workers_run(model: Path, recipe: Path, out: Path, tmp_path: Path
-                 ) -> subprocess.CompletedProcess:
+def _workers_run(model: Path, batch: int, out: Path, tmp_path: Path
+                 ) -> tuple[subprocess.CompletedProcess, Path]:
+    """`compress --workers 2` of RECIPE at `batch`: (the finished run, the recipe file)."""
+    recipe = tmp_path / "qat.yaml"
+    recipe.write_text(RECIPE.format(batch=batch))
     env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     (tmp_path / "tmp").mkdir(exist_ok=True)
-    return subprocess.run([sys.executable, "-m", "compressor.cli", str(model), "--recipe",
-                           str(recipe), "--data", "text", "--out", str(out), "--no-latency",
-                           "--workers", "2"], env=env, capture_output=True, text=True,
-                          timeout=600, check=False)
+    run = subprocess.run([sys.executable, "-m", "compressor.cli", str(model), "--recipe",
+                          str(recipe), "--data", "text", "--out", str(out), "--no-latency",
+                          "--workers", "2"], env=env, capture_output=True, text=True,
+                         timeout=600, check=False)
+    return run, recipe
 
 
 @pytest.mark.slow
 def test_two_workers_train_an_lm_to_the_single_process_result(trained_lm_dir, tmp_path):
-    recipe = tmp_path / "qat.yaml"
-    recipe.write_text(RECIPE.format(batch=8))
-    run = _workers_run(trained_lm_dir, recipe, tmp_path / "two", tmp_path)
+    run, recipe = _workers_run(trained_lm_dir, 8, tmp_path / "two", tmp_path)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "data-parallel fine-tuning on 2 ranks (gloo)" in run.stdout + run.stderr
     two = json.loads((tmp_path / "two" / "report.json").read_text())
@@ -67,10 +69,9 @@ def test_two_workers_train_an_lm_to_the_single_process_result(trained_lm_dir, tm
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["one", "tmp", "two"]
 
 
-def test_a_batch_smaller_than_the_ranks_is_refused(trained_lm_dir, tmp_path):
-    recipe = tmp_path / "qat.yaml"
-    recipe.write_text(RECIPE.format(batch=1))
-    run = _workers_run(trained_lm_dir, recipe, tmp_path / "out", tmp_path)
+@pytest.mark.slow
+def test_a_batch_smaller_than_the_ranks_is_refused_with_exit_2(trained_lm_dir, tmp_path):
+    run, _ = _workers_run(trained_lm_dir, 1, tmp_path / "out", tmp_path)
     assert run.returncode == 2, run.stdout[-2000:] + run.stderr[-2000:]
     assert "a batch of 1 windows cannot be shared by 2 ranks" in run.stdout + run.stderr
     assert not (tmp_path / "out").exists()
