@@ -466,6 +466,13 @@ def _one(value: float | None) -> float | None:
     return None if value is None else round(value, 1)
 
 
+def _load(row: dict) -> str | None:
+    """The 1-minute load average when the command started (2 cores, shared: wall time and
+    tokens/s move with it)."""
+    load = row.get("loadavg_at_start")
+    return None if not load else f"{load[0]:.2f}"
+
+
 def _timings(row: dict) -> str | None:
     timings = row.get("timings_s") or {}
     return " / ".join(f"{k} {round(v)}" for k, v in timings.items()) or None
@@ -484,12 +491,13 @@ def _model_lines(name: str, entry: dict) -> list[str]:
                        for f in ("onnx", "tflite")],
                      *[(arts.get(f) or {}).get("size_bytes") for f in ("onnx", "tflite")],
                      row.get("params"), _one((arts.get("onnx") or {}).get("decode_tokens_per_s")),
-                     *_training_cells(row), row.get("wall_s"), _timings(row)])
+                     *_training_cells(row), row.get("wall_s"), _timings(row),
+                     _load(row)])
     return lines + table(["run", "formats", "exit", "ONNX inc", "TFLite inc", "ONNX bytes",
                           "TFLite bytes", "params", "ONNX decode tok/s", "training precision",
                           "steps", "training s", "training tok/s", "training peak RSS B",
                           "training peak RSS increase B", "compress wall s",
-                          "timings_s"], body)
+                          "timings_s", "load at start"], body)
 
 
 def _cnn_lines(cnn: dict) -> list[str]:
@@ -507,11 +515,12 @@ def _cnn_lines(cnn: dict) -> list[str]:
         body.append([label, row.get("exit_code"), row.get("baseline", {}).get("value"),
                      *[(arts.get(f) or {}).get("metric_value") for f in ("onnx", "tflite")],
                      *_training_cells(row), row.get("process_peak_rss_bytes"), row.get("wall_s"),
-                     _timings(row)])
+                     _timings(row), _load(row)])
     return lines + table(["run", "exit", "float accuracy", "ONNX accuracy", "TFLite accuracy",
                           "training precision", "steps", "training s", "training tok/s",
                           "training peak RSS B", "training peak RSS increase B",
-                          "process peak RSS B", "compress wall s", "timings_s"], body)
+                          "process peak RSS B", "compress wall s", "timings_s",
+                          "load at start"], body)
 
 
 def _wall_lines(train: dict) -> list[str]:
@@ -522,7 +531,9 @@ def _wall_lines(train: dict) -> list[str]:
              *[(e.get("rows", {}).get(label) or {}).get("wall_s") for e in models.values()]]
             for label in labels]
     return (["Wall time of each whole `compress` command per model (seconds, --threads 1, "
-             "latency on; other jobs share the machine's cores; the CNN's are in its table):", ""]
+             "latency on; other jobs share the machine's cores, and training under their load "
+             "ran many times slower: see each run's load at start; the CNN's are in its "
+             "table):", ""]
             + table(["recipe", "--format", *models], body))
 
 
