@@ -185,3 +185,33 @@ def _libc():
         return ctypes.CDLL(None)
     except OSError:
         return None
+
+
+class TrainingMeter:
+    """The wall time and peak RSS of a training loop, for report.json `training`:
+    `with TrainingMeter() as meter: ...`, then `meter.facts()`."""
+
+    def __init__(self, interval: float = 0.01):
+        self.sampler = TreeRssSampler(os.getpid(), interval)
+        self.before = self.seconds = 0.0
+        self._started = 0.0
+
+    def __enter__(self) -> TrainingMeter:
+        self.before = rss_of(os.getpid())
+        self._started = time.perf_counter()
+        self.sampler.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self._started
+        self.sampler.stop()
+        self.sampler.join()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self._started
+
+    def facts(self) -> dict:
+        """seconds, the loop's peak RSS (process and children) and its increase over the RSS
+        before the loop (what training itself held: gradients, optimizer state, activations)."""
+        return {"seconds": round(self.seconds, 2), "peak_rss_bytes": self.sampler.peak,
+                "peak_rss_increase_bytes": max(self.sampler.peak - int(self.before), 0)}

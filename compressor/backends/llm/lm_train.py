@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import os
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +27,7 @@ import torch
 
 import compressor.backends.torch.ranks as ranks
 from compressor.backends.fine_tuning import lr_at, peak_lr
-from compressor.core.memory import TreeRssSampler, rss_of
+from compressor.core.memory import TrainingMeter
 from compressor.errors import DataError
 
 SAMPLE_S = 0.01      # the peak-RSS sampler's interval while training
@@ -142,43 +140,33 @@ def train_windows(windows: np.ndarray, config: Any, loss_of: Callable[[torch.Ten
     steps = max(1, config.epochs * per_epoch)
     rank, size = _ranks(optimizer, batch, progress)
     order = np.random.default_rng(0)
-    sampler = TreeRssSampler(os.getpid(), SAMPLE_S)
-    before = rss_of(os.getpid())
-    sampler.start()
-    losses, started, tokens = [], time.perf_counter(), 0
-    try:
-        with progress.task(f"{label} ({config.precision})", steps) as advance:
-            for step in range(steps):
-                if step % per_epoch == 0:
-                    permutation = order.permutation(len(windows))
-                first = (step % per_epoch) * batch
-                chosen = windows[permutation[first:first + batch]]
-                ids = torch.as_tensor(chosen[rank::size])
-                for group in optimizer.param_groups:
-                    group["lr"] = lr_at(step, steps, config) * group["scale"]
-                loss = loss_of(ids) * (len(ids) / len(chosen))   # this rank's share
-                loss.backward()
-                loss = float(loss.detach())
-                if size > 1:
-                    ranks.summed_gradients(_parameters(optimizer))
-                    loss = ranks.summed(loss)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                losses.append(loss)
-                tokens += chosen.size
-                rate = tokens / (time.perf_counter() - started)
-                advance(1, f"loss {np.mean(losses[-10:]):.4f}, {rate:,.0f} tokens/s")
-    finally:
-        sampler.stop()
-        sampler.join()
-    seconds = time.perf_counter() - started
+    losses, tokens = [], 0
+    with TrainingMeter(SAMPLE_S) as meter, \
+            progress.task(f"{label} ({config.precision})", steps) as advance:
+        for step in range(steps):
+            if step % per_epoch == 0:
+                permutation = order.permutation(len(windows))
+            first = (step % per_epoch) * batch
+            chosen = windows[permutation[first:first + batch]]
+            ids = torch.as_tensor(chosen[rank::size])
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, steps, config) * group["scale"]
+            loss = loss_of(ids) * (len(ids) / len(chosen))   # this rank's share
+            loss.backward()
+            loss = float(loss.detach())
+            if size > 1:
+                ranks.summed_gradients(_parameters(optimizer))
+                loss = ranks.summed(loss)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(loss)
+            tokens += chosen.size
+            advance(1, f"loss {np.mean(losses[-10:]):.4f}, {tokens / meter.elapsed():,.0f} tokens/s")
     return {"steps": steps, "batch_windows": batch, "tokens": tokens, "ranks": size,
-            "seconds": round(seconds, 2), "tokens_per_s": round(tokens / seconds, 1),
+            **meter.facts(), "tokens_per_s": round(tokens / meter.seconds, 1),
             "precision": config.precision, "lr": peak_lr(config),
             "loss_first": round(float(np.mean(losses[:5])), 6),
-            "loss_last": round(float(np.mean(losses[-5:])), 6),
-            "peak_rss_bytes": sampler.peak,
-            "peak_rss_increase_bytes": max(sampler.peak - before, 0)}
+            "loss_last": round(float(np.mean(losses[-5:])), 6)}
 
 
 def _ranks(optimizer: torch.optim.Optimizer, batch: int, progress: Any) -> tuple[int, int]:

@@ -18,13 +18,14 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from compressor.backends.fine_tuning import lr_at, start_history
+from compressor.backends.fine_tuning import lr_at, record_training, start_history
 from compressor.backends.torch.env import configure_environment
 from compressor.backends.torch.epochs import EpochJudge, freeze_batch_norm, optimizer_for, set_lr
 from compressor.backends.torch.feature_distill import feature_distillation
 from compressor.backends.torch.io import as_tensors, selected_output
 from compressor.backends.torch.ranks import data_parallel
 from compressor.backends.training_data import training_inputs
+from compressor.core.memory import TrainingMeter
 from compressor.backends.training_rules import (CROSS_ENTROPY_ON_PROBABILITIES, MSE,
                                                 PROBE_SAMPLES, ArrayOps, as_logits,
                                                 outputs_probabilities, require_teacher, task_loss)
@@ -106,12 +107,11 @@ def fine_tune(model: torch.nn.Module, config: TrainingConfig, ctx: Context, desc
     if features is not None:
         setup = features.attach(setup)
     total = len(setup.loader) * config.epochs
-    # precision: bf16: forward and loss under bfloat16 autocast, float32 weights (master copies)
-    bf16 = getattr(config, "precision", "fp32") == "bf16"
+    bf16 = _bf16(model, config, ctx, description)
     judge = EpochJudge(model, ctx, config, start_history(ctx, description), set_mode,
                        Outputs(ctx.output_index).of, parallel=setup.sampler is not None)
     step = 0
-    with ctx.progress.task(description, total) as advance:
+    with TrainingMeter() as meter, ctx.progress.task(description, total) as advance:
         for epoch in range(config.epochs):
             set_mode(model, training=True)   # the module itself: exported graphs refuse .train()
             if freeze_bn_after is not None and epoch >= freeze_bn_after:
@@ -137,6 +137,8 @@ def fine_tune(model: torch.nn.Module, config: TrainingConfig, ctx: Context, desc
             if judge.end_epoch(epoch + 1, mean_loss, lr_at(step - 1, total, config),
                                eligible is None or eligible(step)):
                 break
+    record_training(ctx, description, {"steps": step, "batch_size": config.batch_size,
+                                       **meter.facts(), "precision": "bf16" if bf16 else "fp32"})
     judge.restore_best()
     set_mode(model, training=False)
     if features is not None:
@@ -172,6 +174,20 @@ def training_setup(model: torch.nn.Module, inputs: list[torch.Tensor], y: np.nda
     trained = torch.nn.parallel.DistributedDataParallel(model) if sampler is not None else model
     return TrainingSetup(model=trained, loader=loader, optimizer=optimizer, loss=loss,
                          sampler=sampler)
+
+
+def _bf16(model: torch.nn.Module, config: TrainingConfig, ctx: Context, description: str) -> bool:
+    """precision: bf16: forward and loss under bfloat16 autocast, float32 weights (master
+    copies). A model with fake-quantize modules (QAT) trains in float32 with a warning:
+    torchao's observers take float32 activations only."""
+    if getattr(config, "precision", "fp32") != "bf16":
+        return False
+    if any(isinstance(getattr(m, "observer_enabled", None), torch.Tensor) for m in model.modules()):
+        ctx.progress.info(f"warning: {description}: precision bf16 is not applied to PyTorch QAT "
+                          "(torchao's fake-quantize observers take float32 only); training in "
+                          "float32")
+        return False
+    return True
 
 
 @dataclass(frozen=True)
