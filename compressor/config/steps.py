@@ -59,7 +59,8 @@ class TrainingConfig(StepConfig):
     batch_size: int = Field(32, ge=1, description="fine-tuning batch size, e.g. 32")
     precision: Literal["fp32", "bf16"] = Field(
         "fp32", description="fp32, or bf16: the training step's forward and backward in "
-        "bfloat16 (autocast; the weights and optimizer state stay float32 master copies)")
+        "bfloat16 (language models: every weight read as bfloat16 from a float32 master; "
+        "PyTorch: autocast; the optimizer updates float32 masters)")
 
     @property
     def trains(self) -> bool:

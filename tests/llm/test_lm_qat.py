@@ -54,6 +54,50 @@ def test_the_fake_quant_forward_is_the_stored_grid(random_lm_dir):
         assert torch.equal(trained[name].scales, trained[name].scales.to(torch.bfloat16).float())
 
 
+def test_the_fake_quant_gradient_is_the_straight_through_one():
+    """The memory-lean autograd Function's gradients equal those of the plain expression
+    (round passed straight through, clamp's mask, LSQ's scale gradient), clamped codes included."""
+    torch.manual_seed(0)
+    groups = torch.randn(6, 4, 32, requires_grad=True)
+    scales = (groups.detach().abs().amax(-1, keepdim=True) / 9).requires_grad_()  # some clamp
+    zeros = torch.full((6, 4, 1), 8.0)
+    upstream = torch.randn(6, 4, 32)
+
+    x = groups / scales
+    q = torch.clamp(x + (torch.round(x) - x).detach() + zeros, 0, 15)
+    ((q - zeros) * scales * upstream).sum().backward()
+    expected = groups.grad.clone(), scales.grad.clone()
+    groups.grad = scales.grad = None
+
+    out = fake_quant._GroupFakeQuant.apply(groups, scales, zeros, 15, torch.float32)
+    assert torch.equal(out, ((q - zeros) * scales).detach())
+    (out * upstream).sum().backward()
+    assert torch.allclose(groups.grad, expected[0], atol=1e-6)
+    assert torch.allclose(scales.grad, expected[1], rtol=1e-5, atol=1e-5)
+    assert (groups.grad == 0).any()   # the clamped ones got no gradient
+
+
+def test_bf16_weights_read_float32_masters(random_lm_dir):
+    """Inside bf16_weights the model computes in bfloat16 while its parameters (tied table
+    included) stay float32 and take the gradients; leaving restores plain float32 weights."""
+    from compressor.backends.llm.master_weights import bf16_weights
+
+    model = load_lm(random_lm_dir("llama")).model.float()
+    masters = {name: p for name, p in model.named_parameters()}
+    ids = torch.randint(4, 500, (2, 16))
+    with bf16_weights(model, True):
+        assert model.model.layers[0].mlp.up_proj.weight.dtype == torch.bfloat16
+        logits = model(input_ids=ids).logits
+        assert logits.dtype == torch.bfloat16
+        logits.float().square().mean().backward()
+        assert all(p.dtype == torch.float32 and p.grad is not None and p.grad.abs().sum() > 0
+                   for p in model.parameters())
+    after = dict(model.named_parameters())
+    assert after.keys() == masters.keys() and all(after[n] is masters[n] for n in masters)
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    assert model.model.layers[0].mlp.up_proj.weight.dtype == torch.float32
+
+
 def _scheme(**training):
     step = QuantizeConfig(**{"mode": "qat", "dtype": "int4", "epochs": 1, "batch_size": 4,
                              "lr": 2e-4, **training})

@@ -14,18 +14,45 @@ from __future__ import annotations
 import torch
 from torch.nn.utils import parametrize
 
+import compressor.backends.llm.master_weights as master_weights
 from compressor.backends.llm.model import QuantizedLinear
 
 SCALE_FLOOR = 2.0 ** -14   # a learned scale never reaches 0 (or a float16 subnormal: GGUF)
 
 
-def _round_ste(x: torch.Tensor) -> torch.Tensor:
-    return x + (torch.round(x) - x).detach()
-
-
 def _stored_ste(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """`x` as `dtype` holds it in the forward (the scale the artifact stores), gradient as is."""
     return x + (x.to(dtype).to(x.dtype) - x).detach()
+
+
+class _GroupFakeQuant(torch.autograd.Function):
+    """(clamp(round(w / s) + z, 0, maxq) - z) * s per group, as `dtype`; straight-through for
+    the rounding (LSQ's gradient for s). Saves only its inputs (the latent weight is a view of
+    the parameter) and recomputes the codes in backward: the autograd graph of the same
+    expression held three float32 copies of every matrix (1.8 GB on a 135M model)."""
+
+    @staticmethod
+    def forward(ctx, groups: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, maxq: int,
+                dtype: torch.dtype) -> torch.Tensor:
+        ctx.save_for_backward(groups, scales, zeros)
+        ctx.maxq = maxq
+        q = torch.clamp(torch.round(groups / scales) + zeros, 0, maxq)
+        return ((q - zeros) * scales).to(dtype)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple:
+        groups, scales, zeros = ctx.saved_tensors
+        grad = grad.to(torch.float32)
+        x = groups / scales
+        shifted = torch.round(x) + zeros
+        inside = (shifted >= 0) & (shifted <= ctx.maxq)
+        grad_groups = torch.where(inside, grad, 0.0)
+        grad_scales = None
+        if ctx.needs_input_grad[1]:
+            # d/ds: the code (q - z) where clamped, (round(x) - x) inside (x passes straight)
+            slope = torch.where(inside, torch.round(x) - x, shifted.clamp(0, ctx.maxq) - zeros)
+            grad_scales = (grad * slope).sum(-1, keepdim=True)
+        return grad_groups, grad_scales, None, None, None
 
 
 class FakeQuant(torch.nn.Module):
@@ -40,22 +67,28 @@ class FakeQuant(torch.nn.Module):
         # int4 scales are bfloat16 as every runtime stores them; an int4 recipe's int8 rows
         # (grid.int8_rows) float16, as GGUF's Q8_0 holds them
         self.scale_dtype = torch.bfloat16 if self.bits == 4 else torch.float16
+        self.compute_dtype: torch.dtype | None = None   # the forward's dtype (None: the weight's)
 
     def _scales(self) -> torch.Tensor:
         return _stored_ste(self.scales.clamp(min=SCALE_FLOOR), self.scale_dtype)
 
     def codes(self, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(codes [N, K/g, g] as floats, the scales used [N, K/g, 1]) of the latent `weight`."""
+        groups = self._groups(weight)
+        scales = self._scales()[..., None]
+        maxq = 2 ** self.bits - 1
+        return torch.clamp(torch.round(groups / scales) + self.zeros[..., None], 0, maxq), scales
+
+    def _groups(self, weight: torch.Tensor) -> torch.Tensor:
         w = weight.transpose(-2, -1) if self.transposed else weight
         n, k = w.shape
-        groups = w.reshape(n, k // self.group, self.group).to(torch.float32)
-        scales = self._scales()[..., None]
-        q = torch.clamp(_round_ste(groups / scales) + self.zeros[..., None], 0, 2 ** self.bits - 1)
-        return q, scales
+        return w.reshape(n, k // self.group, self.group).to(torch.float32)
 
     def forward(self, weight: torch.Tensor) -> torch.Tensor:
-        q, scales = self.codes(weight)
-        values = ((q - self.zeros[..., None]) * scales).reshape(q.shape[0], -1).to(weight.dtype)
+        groups = self._groups(weight)
+        values = _GroupFakeQuant.apply(groups, self._scales()[..., None], self.zeros[..., None],
+                                       2 ** self.bits - 1, self.compute_dtype or weight.dtype)
+        values = values.reshape(groups.shape[0], -1)
         return values.transpose(-2, -1) if self.transposed else values
 
     @torch.no_grad()
@@ -68,15 +101,13 @@ class FakeQuant(torch.nn.Module):
                                            self.group, transposed=self.transposed)
 
 
-def attach(model: torch.nn.Module, start: dict[str, QuantizedLinear], learn_scales: bool
-           ) -> dict[str, FakeQuant]:
+def attach(model: torch.nn.Module, start: dict[str, QuantizedLinear], learn_scales: bool,
+           compute_dtype: torch.dtype | None = None) -> dict[str, FakeQuant]:
     """Fake-quantize every parameter in `start` (its latent values set to the starting
     integers' weights); a tied table is one parameter read by two modules, so both get the same
-    parametrization. Returns parameter name -> its FakeQuant."""
-    owners: dict[int, list[tuple[torch.nn.Module, str]]] = {}
-    for module in model.modules():
-        for attribute, param in module.named_parameters(recurse=False):
-            owners.setdefault(id(param), []).append((module, attribute))
+    parametrization. `compute_dtype`: the forward's weights (bf16 training: bfloat16 from
+    the float32 latent masters). Returns parameter name -> its FakeQuant."""
+    held_by = master_weights.owners(model)
     params = dict(model.named_parameters(remove_duplicate=False))
     attached = {}
     for name, weight in start.items():
@@ -86,8 +117,8 @@ def attach(model: torch.nn.Module, start: dict[str, QuantizedLinear], learn_scal
         with torch.no_grad():
             param.copy_(weight.parameter().to(param.dtype))
         fake = FakeQuant(weight, learn_scales)
-        for module, attribute in owners[id(param)]:
-            parametrize.register_parametrization(module, attribute, fake, unsafe=True)
+        fake.compute_dtype = compute_dtype
+        master_weights.parametrize_everywhere(model, param, fake, held_by)
         attached[name] = fake
     return attached
 

@@ -10,9 +10,10 @@ were chosen on; the held-out windows validate). Norms and biases train too (they
 float). At the end the trained integers are read from the same computation as the forward, so
 the artifacts store what was trained, rounded nowhere else.
 
-`precision: bf16`: the forward and backward under bfloat16 autocast, the teacher held in
-bfloat16; the student's weights and Adam's state stay float32 (master copies), so the integers
-are chosen from float32 latent weights. report.json `training` records seconds, tokens/s,
+`precision: bf16`: the forward and backward in bfloat16 (master_weights.py: every weight read
+as bfloat16, fake-quantized ones straight from FakeQuant), the teacher held in bfloat16; the
+student's latent weights and Adam's state stay float32 (master copies), so the integers are
+chosen from float32 latent weights. report.json `training` records seconds, tokens/s,
 the training's peak RSS and the loss, so fp32 and bf16 runs compare side by side. The loop
 and the loss are the ones width pruning and distillation use too (lm_train.py).
 """
@@ -26,6 +27,7 @@ import torch
 
 import compressor.backends.llm.fake_quant as fake_quant
 import compressor.backends.llm.lm_train as lm_train
+import compressor.backends.llm.master_weights as master_weights
 from compressor.backends.llm.model import QuantizedLinear
 
 SCALE_LR_FRACTION = 0.01
@@ -39,14 +41,16 @@ def train(loaded: Any, start: dict[str, QuantizedLinear], windows: np.ndarray, s
     bf16 = config.precision == "bf16"
     student = copy.deepcopy(loaded.model).to(torch.float32).train()
     teacher = lm_train.frozen_teacher(loaded.model, bf16)
-    attached = fake_quant.attach(student, start, scheme.learn_scales)
+    attached = fake_quant.attach(student, start, scheme.learn_scales,
+                                 torch.bfloat16 if bf16 else None)
     optimizer = lm_train.optimizer_for(config, _groups(student, attached))
 
     def loss_of(ids: torch.Tensor) -> torch.Tensor:
         return lm_train.distillation_loss(student, teacher, ids, scheme.temperature,
                                           scheme.hard_weight, bf16)
 
-    facts = lm_train.train_windows(windows, config, loss_of, optimizer, progress, "int4 QAT")
+    with master_weights.bf16_weights(student, bf16):
+        facts = lm_train.train_windows(windows, config, loss_of, optimizer, progress, "int4 QAT")
     trained = fake_quant.detach(student, attached)
     return trained, facts
 
