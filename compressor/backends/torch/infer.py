@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from compressor.core.context import Context
 
 SINGLE_INPUT = "input"   # the name of the one input of a model fed one array
-RUN_ERRORS = (RuntimeError, TypeError, ValueError, IndexError)
+# an exported program's shape guards fail with AssertionError
+RUN_ERRORS = (RuntimeError, TypeError, ValueError, IndexError, AssertionError)
 
 
 def predict(model: torch.nn.Module, x: Arrays, batch_size: int = 256) -> Arrays:
@@ -56,9 +57,11 @@ def describe(model: torch.nn.Module, example: Arrays | None = None) -> ModelInfo
     try:
         outputs = predict(model, rows)
     except RUN_ERRORS as exc:
+        takes = ("; ".join(spec.describe() for spec in declared[0]) if declared
+                 else ", ".join(names))
         raise DataError(f"the model cannot run inputs {'; '.join(g.describe() for g in given)} "
-                        f"({first_line(exc)}); forward() takes {', '.join(names)}: check the "
-                        f"data's shapes, dtypes and names{_layout_hint(given)}") from None
+                        f"({first_line(exc)}); it takes {takes}: check the data's shapes, "
+                        f"dtypes and names{_layout_hint(given)}") from None
     inputs = declared[0] if declared else _named_like(given, names, rows)
     return ModelInfo(params, inputs, specs_of(outputs, SINGLE_OUTPUT), size,
                      layer_kinds(_layer_names(model)))

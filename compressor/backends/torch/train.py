@@ -11,9 +11,11 @@ backends/torch/epochs.py).
 """
 from __future__ import annotations
 
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -107,7 +109,7 @@ def fine_tune(model: torch.nn.Module, config: TrainingConfig, ctx: Context, desc
     if features is not None:
         setup = features.attach(setup)
     total = len(setup.loader) * config.epochs
-    bf16 = _bf16(model, config, ctx, description)
+    bf16 = _bf16(config)
     judge = EpochJudge(model, ctx, config, start_history(ctx, description), set_mode,
                        Outputs(ctx.output_index).of, parallel=setup.sampler is not None)
     step = 0
@@ -119,20 +121,21 @@ def fine_tune(model: torch.nn.Module, config: TrainingConfig, ctx: Context, desc
             if setup.sampler is not None:
                 setup.sampler.set_epoch(epoch)
             losses = []
-            for batch in setup.loader:
-                set_lr(setup.optimizer, lr_at(step, total, config))
-                setup.optimizer.zero_grad(set_to_none=True)
-                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                    outputs = setup.model(*batch[:len(inputs)])
-                    loss = setup.loss(selected_output(outputs, ctx.output_index),
-                                      *batch[len(inputs):])
-                loss.float().backward()
-                setup.optimizer.step()
-                losses.append(loss.detach())
-                step += 1
-                if after_step is not None:
-                    after_step(step)
-                advance(1)
+            with float32_observers(model, bf16):
+                for batch in setup.loader:
+                    set_lr(setup.optimizer, lr_at(step, total, config))
+                    setup.optimizer.zero_grad(set_to_none=True)
+                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                        outputs = setup.model(*batch[:len(inputs)])
+                        loss = setup.loss(selected_output(outputs, ctx.output_index),
+                                          *batch[len(inputs):])
+                    loss.float().backward()
+                    setup.optimizer.step()
+                    losses.append(loss.detach())
+                    step += 1
+                    if after_step is not None:
+                        after_step(step)
+                    advance(1)
             mean_loss = float(torch.stack(losses).mean()) if losses else float("nan")
             if judge.end_epoch(epoch + 1, mean_loss, lr_at(step - 1, total, config),
                                eligible is None or eligible(step)):
@@ -176,18 +179,32 @@ def training_setup(model: torch.nn.Module, inputs: list[torch.Tensor], y: np.nda
                          sampler=sampler)
 
 
-def _bf16(model: torch.nn.Module, config: TrainingConfig, ctx: Context, description: str) -> bool:
+def _bf16(config: TrainingConfig) -> bool:
     """precision: bf16: forward and loss under bfloat16 autocast, float32 weights (master
-    copies). A model with fake-quantize modules (QAT) trains in float32 with a warning:
-    torchao's observers take float32 activations only."""
-    if getattr(config, "precision", "fp32") != "bf16":
-        return False
-    if any(isinstance(getattr(m, "observer_enabled", None), torch.Tensor) for m in model.modules()):
-        ctx.progress.info(f"warning: {description}: precision bf16 is not applied to PyTorch QAT "
-                          "(torchao's fake-quantize observers take float32 only); training in "
-                          "float32")
-        return False
-    return True
+    copies); QAT's fake-quantize modules in float32 (float32_observers)."""
+    return getattr(config, "precision", "fp32") == "bf16"
+
+
+@contextlib.contextmanager
+def float32_observers(model: torch.nn.Module, enabled: bool) -> Iterator[None]:
+    """Inside (bf16 training batches): every fake-quantize / observer module computes on a
+    float32 copy of its bfloat16 input and hands its output back in bfloat16 (torchao's fused
+    observer takes float32 only); what it saves for backward is a mask, so the activations
+    the graph keeps stay bfloat16. Restored before the epoch is scored and the graph
+    converted."""
+    patched = [m for m in model.modules()
+               if isinstance(getattr(m, "observer_enabled", None), torch.Tensor)] if enabled else []
+    for module in patched:
+        module.forward = functools.partial(_in_float32, type(module).forward.__get__(module))
+    try:
+        yield
+    finally:
+        for module in patched:
+            del module.forward
+
+
+def _in_float32(forward: Callable, x: torch.Tensor) -> torch.Tensor:
+    return forward(x.float()).to(x.dtype)
 
 
 @dataclass(frozen=True)

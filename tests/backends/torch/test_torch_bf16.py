@@ -1,11 +1,12 @@
-"""`precision: bf16` on the PyTorch backend's training steps: pruning fine-tunes under bfloat16
-autocast and report.json `training` says so, with its steps, seconds and peak RSS; QAT (torchao's
-fake-quantize observers take float32 only) warns and trains in float32."""
+"""`precision: bf16` on the PyTorch backend's training steps: pruning and QAT fine-tune under
+bfloat16 autocast (QAT's torchao observers on float32 copies of their inputs) and report.json
+`training` says so, with its steps, seconds and peak RSS; pruning's sparsity survives QAT."""
 from __future__ import annotations
 
 import pytest
 
 pytest.importorskip("torch")
+pytestmark = pytest.mark.slow   # each test trains and exports two runs
 
 import compressor as cz  # noqa: E402
 
@@ -47,13 +48,20 @@ def test_pruning_fine_tunes_in_bf16_and_reports_its_training(digits_cnn, tmp_pat
     assert runs["bf16"].report["artifacts"][0]["sparsity"] >= 0.45
 
 
-def test_qat_in_bf16_trains_in_float32_after_a_bf16_prune(digits_cnn, tmp_path):
+def test_qat_trains_in_bf16_after_a_bf16_prune_and_keeps_its_sparsity(digits_cnn, tmp_path):
     import copy
 
     recipe_steps = STEPS["prune"] + STEPS["qat"]
-    result = _run(copy.deepcopy(digits_cnn), tmp_path, recipe_steps, "bf16")
-    assert result.exit_code == 0, result.report["failures"]
-    training = result.report["training"]
-    by_step = training["by_step"]
-    assert len(by_step) == 2 and training["steps"] == sum(f["steps"] for f in by_step.values())
-    assert [f["precision"] for f in by_step.values()] == ["bf16", "fp32"]
+    runs = {p: _run(copy.deepcopy(digits_cnn), tmp_path, recipe_steps, p, ("onnx", "tflite"))
+            for p in ("fp32", "bf16")}
+    for precision, result in runs.items():
+        assert result.exit_code == 0, result.report["failures"]
+        training = result.report["training"]
+        by_step = training["by_step"]
+        assert len(by_step) == 2 and training["steps"] == sum(f["steps"] for f in by_step.values())
+        assert [f["precision"] for f in by_step.values()] == [precision, precision]
+    for fmt in ("onnx", "tflite"):
+        rows = {p: next(a for a in r.report["artifacts"] if a["format"] == fmt)
+                for p, r in runs.items()}
+        assert abs(rows["bf16"]["metric_value"] - rows["fp32"]["metric_value"]) <= 0.03, rows
+        assert rows["bf16"]["sparsity"] >= 0.45

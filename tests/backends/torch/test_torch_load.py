@@ -145,6 +145,10 @@ def test_pt2_with_dynamic_batch_loads_and_describes(backend, model, data, tmp_pa
     info = backend.describe(loaded)   # an exported graph declares its input: no example needed
     assert (info.input_shape, info.input_dtype, info.output_shape) == \
         ((None, 1, 8, 8), "float32", (None, 10))
+    # an exported program's shape guard (an AssertionError) is a data error, not an internal one
+    with pytest.raises(DataError, match=r"cannot run inputs input \(N, 3, 8, 8\) float32 "
+                                        r".*it takes x \(N, 1, 8, 8\) float32"):
+        backend.describe(loaded, np.zeros((2, 3, 8, 8), np.float32))
 
 
 def test_pt2_with_fixed_batch_is_refused(backend, model, data, tmp_path):
