@@ -25,6 +25,12 @@ def _stored_ste(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return x + (x.to(dtype).to(x.dtype) - x).detach()
 
 
+def _codes(groups: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, maxq: int
+           ) -> torch.Tensor:
+    """clamp(round(w / s) + z, 0, maxq): the stored integers, as floats."""
+    return torch.clamp(torch.round(groups / scales) + zeros, 0, maxq)
+
+
 class _GroupFakeQuant(torch.autograd.Function):
     """(clamp(round(w / s) + z, 0, maxq) - z) * s per group, as `dtype`; straight-through for
     the rounding (LSQ's gradient for s). Saves only its inputs (the latent weight is a view of
@@ -36,21 +42,21 @@ class _GroupFakeQuant(torch.autograd.Function):
                 dtype: torch.dtype) -> torch.Tensor:
         ctx.save_for_backward(groups, scales, zeros)
         ctx.maxq = maxq
-        q = torch.clamp(torch.round(groups / scales) + zeros, 0, maxq)
-        return ((q - zeros) * scales).to(dtype)
+        return ((_codes(groups, scales, zeros, maxq) - zeros) * scales).to(dtype)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> tuple:
         groups, scales, zeros = ctx.saved_tensors
         grad = grad.to(torch.float32)
         x = groups / scales
-        shifted = torch.round(x) + zeros
+        rounded = torch.round(x)
+        shifted = rounded + zeros
         inside = (shifted >= 0) & (shifted <= ctx.maxq)
         grad_groups = torch.where(inside, grad, 0.0)
         grad_scales = None
         if ctx.needs_input_grad[1]:
             # d/ds: the code (q - z) where clamped, (round(x) - x) inside (x passes straight)
-            slope = torch.where(inside, torch.round(x) - x, shifted.clamp(0, ctx.maxq) - zeros)
+            slope = torch.where(inside, rounded - x, shifted.clamp(0, ctx.maxq) - zeros)
             grad_scales = (grad * slope).sum(-1, keepdim=True)
         return grad_groups, grad_scales, None, None, None
 
@@ -67,17 +73,16 @@ class FakeQuant(torch.nn.Module):
         # int4 scales are bfloat16 as every runtime stores them; an int4 recipe's int8 rows
         # (grid.int8_rows) float16, as GGUF's Q8_0 holds them
         self.scale_dtype = torch.bfloat16 if self.bits == 4 else torch.float16
-        self.compute_dtype: torch.dtype | None = None   # the forward's dtype (None: the weight's)
+        # the forward's dtype (None: the weight's); master_weights.bf16_weights sets bfloat16
+        self.compute_dtype: torch.dtype | None = None
 
     def _scales(self) -> torch.Tensor:
         return _stored_ste(self.scales.clamp(min=SCALE_FLOOR), self.scale_dtype)
 
     def codes(self, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(codes [N, K/g, g] as floats, the scales used [N, K/g, 1]) of the latent `weight`."""
-        groups = self._groups(weight)
         scales = self._scales()[..., None]
-        maxq = 2 ** self.bits - 1
-        return torch.clamp(torch.round(groups / scales) + self.zeros[..., None], 0, maxq), scales
+        return _codes(self._groups(weight), scales, self.zeros[..., None], 2 ** self.bits - 1), scales
 
     def _groups(self, weight: torch.Tensor) -> torch.Tensor:
         w = weight.transpose(-2, -1) if self.transposed else weight
@@ -101,12 +106,11 @@ class FakeQuant(torch.nn.Module):
                                            self.group, transposed=self.transposed)
 
 
-def attach(model: torch.nn.Module, start: dict[str, QuantizedLinear], learn_scales: bool,
-           compute_dtype: torch.dtype | None = None) -> dict[str, FakeQuant]:
+def attach(model: torch.nn.Module, start: dict[str, QuantizedLinear], learn_scales: bool
+           ) -> dict[str, FakeQuant]:
     """Fake-quantize every parameter in `start` (its latent values set to the starting
     integers' weights); a tied table is one parameter read by two modules, so both get the same
-    parametrization. `compute_dtype`: the forward's weights (bf16 training: bfloat16 from
-    the float32 latent masters). Returns parameter name -> its FakeQuant."""
+    parametrization. Returns parameter name -> its FakeQuant."""
     held_by = master_weights.owners(model)
     params = dict(model.named_parameters(remove_duplicate=False))
     attached = {}
@@ -117,7 +121,6 @@ def attach(model: torch.nn.Module, start: dict[str, QuantizedLinear], learn_scal
         with torch.no_grad():
             param.copy_(weight.parameter().to(param.dtype))
         fake = FakeQuant(weight, learn_scales)
-        fake.compute_dtype = compute_dtype
         master_weights.parametrize_everywhere(model, param, fake, held_by)
         attached[name] = fake
     return attached

@@ -50,7 +50,6 @@ def check_steps(loaded: LoadedLm, steps: tuple[Any, ...]) -> None:
 
 def prune(state: Any, config: Any, ctx: Any) -> Any:
     import compressor.backends.llm.lm_train as lm_train
-    import compressor.backends.llm.master_weights as master_weights
     import compressor.backends.llm.width_prune as width_prune
 
     loaded = state.model
@@ -75,10 +74,9 @@ def prune(state: Any, config: Any, ctx: Any) -> Any:
         student, bf16 = model.float().train(), config.precision == "bf16"
         optimizer = lm_train.optimizer_for(config, [{"params": list(student.parameters()),
                                                      "scale": 1.0}])
-        with master_weights.bf16_weights(student, bf16):
-            facts["training"] = lm_train.train_windows(
-                windows, config, lambda ids: lm_train.next_token_loss(student, ids, bf16),
-                optimizer, ctx.progress, "fine-tune after pruning")
+        facts["training"] = lm_train.train_windows(
+            windows, config, student, lambda ids: lm_train.next_token_loss(student, ids, bf16),
+            optimizer, ctx.progress, "fine-tune after pruning")
         model = student.to(next(loaded.model.parameters()).dtype).eval()
         ctx.progress.info(lm_train.facts_line("fine-tune after pruning", facts["training"]))
     ctx.record.add_note("pruning", facts)
@@ -93,7 +91,6 @@ def distill(state: Any, config: Any, ctx: Any) -> Any:
     import torch
 
     import compressor.backends.llm.lm_train as lm_train
-    import compressor.backends.llm.master_weights as master_weights
 
     loaded = state.model
     check_steps(loaded, (config,))
@@ -113,9 +110,8 @@ def distill(state: Any, config: Any, ctx: Any) -> Any:
         return lm_train.distillation_loss(student, teacher, ids, config.temperature,
                                           1.0 - config.alpha, bf16, config.loss)
 
-    with master_weights.bf16_weights(student, bf16):
-        facts = lm_train.train_windows(windows, config, loss_of, optimizer, ctx.progress,
-                                       "distill")
+    facts = lm_train.train_windows(windows, config, student, loss_of, optimizer, ctx.progress,
+                                   "distill")
     ctx.progress.info(lm_train.facts_line("distill", facts))
     ctx.record.add_note("distillation", {**facts, "temperature": config.temperature,
                                          "alpha": config.alpha, "loss": config.loss})

@@ -1,5 +1,5 @@
 """The one training loop of the language-model backend: int4 QAT (qat.py), width pruning's
-fine-tuning and distillation (lm_distill.py) all run `train_windows`.
+fine-tuning and distillation (lm_steps.py) all run `train_windows`.
 
 Batches of the recipe's calibration windows (a new permutation each epoch, seed 0), the
 recipe's optimizer and lr schedule (warmup, cosine; backends/fine_tuning.py), a progress bar
@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+import compressor.backends.llm.master_weights as master_weights
 import compressor.backends.torch.ranks as ranks
 from compressor.backends.fine_tuning import lr_at, peak_lr
 from compressor.core.memory import TrainingMeter
@@ -131,10 +132,13 @@ def optimizer_for(config: Any, groups: list[dict]) -> torch.optim.Optimizer:
     return torch.optim.Adam(groups, lr=lr)
 
 
-def train_windows(windows: np.ndarray, config: Any, loss_of: Callable[[torch.Tensor], torch.Tensor],
+def train_windows(windows: np.ndarray, config: Any, student: Any,
+                  loss_of: Callable[[torch.Tensor], torch.Tensor],
                   optimizer: torch.optim.Optimizer, progress: Any, label: str) -> dict:
     """`config.epochs` passes over `windows` in batches of `config.batch_size`, one optimizer
-    step per batch at the schedule's rate; the training facts for report.json."""
+    step per batch at the schedule's rate (`precision: bf16`: `student` reads its weights as
+    bfloat16 from float32 masters meanwhile, master_weights.py); the training facts for
+    report.json."""
     batch = min(config.batch_size, len(windows))
     per_epoch = len(windows) // batch
     steps = max(1, config.epochs * per_epoch)
@@ -142,6 +146,7 @@ def train_windows(windows: np.ndarray, config: Any, loss_of: Callable[[torch.Ten
     order = np.random.default_rng(0)
     losses, tokens = [], 0
     with TrainingMeter(SAMPLE_S) as meter, \
+            master_weights.bf16_weights(student, config.precision == "bf16"), \
             progress.task(f"{label} ({config.precision})", steps) as advance:
         for step in range(steps):
             if step % per_epoch == 0:

@@ -3,7 +3,7 @@ float32 master copies.
 
 Every float parameter stays a float32 leaf (what the optimizer updates, so small steps are
 not lost to bfloat16's 8-bit mantissa); the modules read it through a parametrization that
-returns its bfloat16 value (fake-quantized ones: FakeQuant with `compute_dtype`). The whole
+returns its bfloat16 value (fake-quantized ones: FakeQuant's `compute_dtype`, set here). The whole
 forward then runs in bfloat16 (the residual stream and every saved activation at 2 bytes;
 autocast alone keeps float32 weights and an HF model's float32 residual stream), and the
 gradients flow back to the float32 masters through the cast.
@@ -49,27 +49,28 @@ def parametrize_everywhere(model: torch.nn.Module, param: torch.Tensor, how: tor
 
 @contextlib.contextmanager
 def bf16_weights(model: torch.nn.Module, enabled: bool) -> Iterator[None]:
-    """Inside: every float parameter not already parametrized is read as bfloat16 (its float32
-    master trains); on leaving, those casts are removed and the masters are the weights.
-    Nothing when not `enabled`."""
+    """Inside: every float parameter is read as bfloat16 (its float32 master trains): a plain
+    one through a Cast, a parametrized one (FakeQuant) by its own `compute_dtype`. On leaving,
+    the casts are removed and the masters are the weights. Nothing when not `enabled`."""
     if not enabled:
         yield
         return
     held_by = owners(model)
-    cast = Cast(torch.bfloat16)
+    lists = [m for m in model.modules() if isinstance(m, parametrize.ParametrizationList)]
+    computing = [p for m in lists for p in m if hasattr(p, "compute_dtype")]
     # a parametrized weight's master and its FakeQuant's scales are read through FakeQuant
-    inside = {id(p) for m in model.modules() if isinstance(m, parametrize.ParametrizationList)
-              for p in m.parameters()}
-    for param in list(model.parameters()):
-        if id(param) not in inside and param.is_floating_point() and param.requires_grad:
-            parametrize_everywhere(model, param, cast, held_by)
+    inside = {id(p) for m in lists for p in m.parameters()}
+    cast = Cast(torch.bfloat16)
+    plain = [p for p in model.parameters()
+             if id(p) not in inside and p.is_floating_point() and p.requires_grad]
+    for param in plain:
+        parametrize_everywhere(model, param, cast, held_by)
+    for parametrization in computing:
+        parametrization.compute_dtype = torch.bfloat16
     try:
         yield
     finally:
-        for module in list(model.modules()):
-            if not parametrize.is_parametrized(module):
-                continue
-            for attribute in list(module.parametrizations.keys()):
-                if isinstance(module.parametrizations[attribute][0], Cast):
-                    parametrize.remove_parametrizations(module, attribute,
-                                                        leave_parametrized=False)
+        for parametrization in computing:
+            parametrization.compute_dtype = None
+        for module, attribute in (held for p in plain for held in held_by[id(p)]):
+            parametrize.remove_parametrizations(module, attribute, leave_parametrized=False)

@@ -27,7 +27,6 @@ import torch
 
 import compressor.backends.llm.fake_quant as fake_quant
 import compressor.backends.llm.lm_train as lm_train
-import compressor.backends.llm.master_weights as master_weights
 from compressor.backends.llm.model import QuantizedLinear
 
 SCALE_LR_FRACTION = 0.01
@@ -41,16 +40,15 @@ def train(loaded: Any, start: dict[str, QuantizedLinear], windows: np.ndarray, s
     bf16 = config.precision == "bf16"
     student = copy.deepcopy(loaded.model).to(torch.float32).train()
     teacher = lm_train.frozen_teacher(loaded.model, bf16)
-    attached = fake_quant.attach(student, start, scheme.learn_scales,
-                                 torch.bfloat16 if bf16 else None)
+    attached = fake_quant.attach(student, start, scheme.learn_scales)
     optimizer = lm_train.optimizer_for(config, _groups(student, attached))
 
     def loss_of(ids: torch.Tensor) -> torch.Tensor:
         return lm_train.distillation_loss(student, teacher, ids, scheme.temperature,
                                           scheme.hard_weight, bf16)
 
-    with master_weights.bf16_weights(student, bf16):
-        facts = lm_train.train_windows(windows, config, loss_of, optimizer, progress, "int4 QAT")
+    facts = lm_train.train_windows(windows, config, student, loss_of, optimizer, progress,
+                                   "int4 QAT")
     trained = fake_quant.detach(student, attached)
     return trained, facts
 
