@@ -14,6 +14,8 @@ register_format(Format(
     lm_hint="an LM .tflite with prefill and decode signatures",
     # symmetric integers only (int8 per row, int4 per block): any other grid is rounded again
     lm_weights="compressor.backends.llm.litert_grid:as_computed",
+    # ... and its int8 / int4 FULLY_CONNECTEDs quantize their float input per token at run time
+    lm_activations="compressor.backends.llm.dynamic_int8:int8_inputs",
     # int8 also means int8 activations: read from the ops, not only the weights
     float_kernels="compressor.export.int8:tflite_float_kernels"))
 

@@ -30,6 +30,9 @@ class Format:
     #                              inspector's float kernel weights
     lm_weights: str = ""         # (QuantizedLinear) -> the weight as its runtime computes a
     #                              language model's integers ("": exactly as quantized)
+    lm_activations: str = ""     # (model, quantized parameter names) -> a context in which
+    #                              the torch model rounds those matrices' inputs as its runtime
+    #                              does ("": computed in float, as they are)
     lm_int8_block: int = 0       # its own int8 grid: symmetric, a scale per this many inputs
     #                              (an int8 candidate made on it; 0: none of its own)
     packages: tuple[str, ...] = ()   # pip packages of its runtime; the first installed one

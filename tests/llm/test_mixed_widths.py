@@ -130,7 +130,8 @@ def test_int8_is_scored_as_each_file_computes_it(trained_lm_dir, lm_tokenizer):
     groups, rows = tried["rtn"], tried["rtn_rows"]
     # the .tflite rounds the zero-point grid again: further from float than the ONNX file
     assert groups["by_format"]["tflite"] > groups["by_format"]["onnx"]
-    assert rows["by_format"]["tflite"] == rows["by_format"]["onnx"]     # exact in both
+    # the same integers in both files; the .tflite also rounds their inputs to int8 per token
+    assert rows["by_format"]["tflite"] > rows["by_format"]["onnx"]
     assert groups["score"] == groups["by_format"]["tflite"]             # the worse file
     assert record["winner"] == min(tried, key=lambda name: tried[name]["score"])
     if record["winner"] == "rtn_rows":

@@ -15,6 +15,7 @@ and the grid stay as the recipe says: they set the bytes the planner counted.
 """
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -64,7 +65,7 @@ def choose_weights(loaded: LoadedLm, plan: WeightOnlyPlan, calibration: np.ndarr
     computes it (a .tflite rounds integers off LiteRT's grids again: litert_grid.as_computed)
     and judged on the worst. `info(line)`: where the scores are told."""
     algorithms = ALGORITHMS if plan.algorithm == "auto" else (plan.algorithm,)
-    fit, scoring = _split(calibration)
+    fit, scoring = split(calibration)
     mixing = plan.bits == 4 and plan.int8_budget > 1.0
     made = quantize_candidates(loaded, replace(plan, algorithm=algorithms[0]), fit, algorithms,
                                task, measure=mixing)
@@ -119,33 +120,43 @@ def _mixes(algorithm: str, candidate: Any, budget: float, floats: dict[str, torc
 
 def _scored(model: Any, variants: list[Variant], windows: np.ndarray, formats: tuple[str, ...],
             advance: Callable[[int], None]) -> tuple[Variant, dict[str, QuantizedLinear]]:
-    """Each variant's KL per format, made and scored one at a time; the best and its weights.
-    A format computes the integers as they are unless its registry entry names how its
-    runtime changes them (Format.lm_weights: a .tflite rounds other grids again)."""
-    views = {fmt: resolve(format_named(fmt).lm_weights) for fmt in formats
-             if format_named(fmt).lm_weights}
+    """Each variant's KL per format, made and scored one at a time; the best and its weights."""
     scorer = KlScorer(model, windows)
     best, best_weights = None, {}
     for variant in variants:
         weights = variant.make()
         variant.bytes = _bytes(weights)
-        as_stored = None    # the score of the integers as they are, shared by the formats
-        for fmt in formats or ("any",):
-            view = views.get(fmt)
-            computed = weights if view is None else {name: view(w) for name, w in weights.items()}
-            if all(computed[name] is w for name, w in weights.items()):
-                as_stored = scorer(weights) if as_stored is None else as_stored
-                variant.kl_by_format[fmt] = as_stored
-            else:
-                variant.kl_by_format[fmt] = scorer(computed)
+        variant.kl_by_format = scores_by_format(scorer, weights, formats)
         if best is None or variant.kl < best.kl:
             best, best_weights = variant, weights
         advance(1)
     return best, best_weights
 
 
-def _split(calibration: np.ndarray | None) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """(windows the integers are made from, windows that score them)."""
+def scores_by_format(scorer: KlScorer, weights: dict[str, QuantizedLinear],
+                     formats: tuple[str, ...]) -> dict[str, float]:
+    """format -> the KL of `weights` as that format's runtime computes them: the integers as
+    they are unless its registry entry names how its runtime changes them (Format.lm_weights:
+    a .tflite rounds other grids again; Format.lm_activations: it rounds the matrices' inputs
+    too). Formats computing exactly the integers share one score."""
+    scores: dict[str, float] = {}
+    as_stored = None
+    for fmt in formats or ("any",):
+        entry = format_named(fmt) if fmt != "any" else None
+        view = resolve(entry.lm_weights) if entry and entry.lm_weights else None
+        inputs = resolve(entry.lm_activations) if entry and entry.lm_activations else None
+        computed = weights if view is None else {name: view(w) for name, w in weights.items()}
+        if inputs is None and all(computed[name] is w for name, w in weights.items()):
+            as_stored = scorer(weights) if as_stored is None else as_stored
+            scores[fmt] = as_stored
+            continue
+        scores[fmt] = scorer(computed, inputs)
+    return scores
+
+
+def split(calibration: np.ndarray | None) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(windows the integers are made from, windows that score them; the same windows when
+    there are too few to split)."""
     if calibration is None or len(calibration) < MIN_WINDOWS_TO_SPLIT:
         return calibration, calibration
     held = len(calibration) // HELD_OUT_SHARE
@@ -215,12 +226,17 @@ class KlScorer:
             self.cache.append(found)
         return found
 
-    def __call__(self, weights: dict[str, QuantizedLinear]) -> float:
+    def __call__(self, weights: dict[str, QuantizedLinear],
+                 inputs: Callable[..., Any] | None = None) -> float:
+        """The KL of the model computing with `weights`; `inputs(model, names)`: a context in
+        which the quantized matrices' inputs are rounded as a runtime does
+        (Format.lm_activations), around the candidate's forward only."""
         total, tokens = 0.0, 0
         with torch.no_grad():
             for index, batch in enumerate(self.batches):
                 p, p_log_p = self._reference(index)
-                with computing_with(self.model, weights):
+                with computing_with(self.model, weights), \
+                        inputs(self.model, weights) if inputs else contextlib.nullcontext():
                     log_q = _log_probs(self.model, batch)
                 total += p_log_p - float((p.to(torch.float32) * log_q).sum())
                 tokens += log_q.shape[0] * log_q.shape[1]

@@ -84,6 +84,7 @@ def _quantized(state: ModelState, plan: Any, ctx: Context, calibration: Any = No
     import dataclasses
 
     from compressor.backends.llm.candidates import choose_weights
+    from compressor.backends.llm.smoothing import choose_smoothing
 
     if calibration is None and ctx.data.train is not None:
         calibration = ctx.data.train[0]
@@ -99,6 +100,9 @@ def _quantized(state: ModelState, plan: Any, ctx: Context, calibration: Any = No
                       f"{plan.algorithm}{mixing}" + (
                           f" on {len(calibration)} calibration windows"
                           if plan.algorithm != "rtn" and calibration is not None else ""))
+    smoothing = choose_smoothing(state.model, plan, calibration, ctx.formats, ctx.progress.info)
+    if smoothing is not None:
+        ctx.record.add_note_entry("candidates", "smooth", smoothing)
     quantized, candidates = choose_weights(state.model, plan, calibration, ctx.progress.task,
                                            ctx.progress.info, ctx.formats)
     if candidates is not None:
