@@ -17,14 +17,16 @@ import torch
 
 
 def rounded_rows(x: torch.Tensor) -> torch.Tensor:
-    """`x` with each row (last axis) put on its own asymmetric int8 grid and read back."""
+    """`x` with each row (last axis) put on its own asymmetric int8 grid and read back
+    (computed in float32, as the kernel does, whatever `x`'s dtype)."""
+    x, dtype = x.float(), x.dtype
     low = x.amin(dim=-1, keepdim=True).clamp(max=0)
     high = x.amax(dim=-1, keepdim=True).clamp(min=0)
     scale = (high - low) / 255
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))
     zero = torch.clamp(torch.round(-128 - low / scale), -128, 127)
     codes = torch.clamp(torch.round(x / scale) + zero, -128, 127)
-    return ((codes - zero) * scale).to(x.dtype)
+    return ((codes - zero) * scale).to(dtype)
 
 
 def matrix_modules(model: Any, names: Iterable[str]) -> list[torch.nn.Module]:
@@ -37,18 +39,31 @@ def matrix_modules(model: Any, names: Iterable[str]) -> list[torch.nn.Module]:
             and id(getattr(module, "weight", None)) in wanted]
 
 
+def int8_inputs(model: Any, names: Iterable[str], straight_through: bool = False
+                ) -> contextlib.AbstractContextManager:
+    """A context inside which every module computing with one of the quantized parameters
+    `names` sees its input rounded as LiteRT rounds it (Format.lm_activations of the TFLite
+    route). The modules are found when this is called (by their weights: before QAT's fake
+    quantization makes `weight` a computed tensor). `straight_through`: the gradient passes the
+    rounding unchanged (QAT trains through it)."""
+    modules = matrix_modules(model, names)
+    return _hooked(modules, _round_input_straight_through if straight_through else _round_input)
+
+
 @contextlib.contextmanager
-def int8_inputs(model: Any, names: Iterable[str]) -> Iterator[None]:
-    """Inside the block, every module computing with one of the quantized parameters `names`
-    sees its input rounded as LiteRT rounds it (Format.lm_activations of the TFLite route)."""
-    hooks = [module.register_forward_pre_hook(_round_input)
-             for module in matrix_modules(model, names)]
+def _hooked(modules: list[torch.nn.Module], hook: Any) -> Iterator[None]:
+    handles = [module.register_forward_pre_hook(hook) for module in modules]
     try:
         yield
     finally:
-        for hook in hooks:
-            hook.remove()
+        for handle in handles:
+            handle.remove()
 
 
 def _round_input(module: Any, args: tuple) -> tuple:
     return (rounded_rows(args[0]), *args[1:])
+
+
+def _round_input_straight_through(module: Any, args: tuple) -> tuple:
+    x = args[0]
+    return (x + (rounded_rows(x.detach()) - x.detach()), *args[1:])

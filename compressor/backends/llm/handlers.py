@@ -71,7 +71,8 @@ def _int4_qat(backend: Any, state: ModelState, scheme: Int4Qat, ctx: Context) ->
     windows = ctx.data.train[0]
     started = _quantized(state, weight_only_plan(scheme, state.model), ctx,
                          windows[:START_WINDOWS])
-    trained, facts = train(state.model, started.model.quantized, windows, scheme, ctx.progress)
+    trained, facts = train(state.model, started.model.quantized, windows, scheme, ctx.progress,
+                           ctx.formats)
     ctx.progress.info(f"int4 QAT: {facts['steps']} steps in {facts['seconds']:.0f} s "
                       f"({facts['tokens_per_s']:,.0f} tokens/s, {facts['precision']}), loss "
                       f"{facts['loss_first']:.4f} -> {facts['loss_last']:.4f}")

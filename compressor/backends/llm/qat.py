@@ -8,7 +8,9 @@ cross-entropy), the teacher's logits computed batch by batch, never held for the
 training windows are the recipe's calibration text (the same windows the starting integers
 were chosen on; the held-out windows validate). Norms and biases train too (they are stored in
 float). At the end the trained integers are read from the same computation as the forward, so
-the artifacts store what was trained, rounded nowhere else.
+the artifacts store what was trained, rounded nowhere else. When an exported format rounds the
+matrices' inputs at run time (a .tflite: int8 per token), the student's inputs are rounded so
+in training too, straight through (dynamic_int8.py).
 
 `precision: bf16`: the forward and backward in bfloat16 (master_weights.py: every weight read
 as bfloat16, fake-quantized ones straight from FakeQuant), the teacher held in bfloat16; the
@@ -19,6 +21,7 @@ and the loss are the ones width pruning and distillation use too (lm_train.py).
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 from typing import Any
 
@@ -28,18 +31,20 @@ import torch
 import compressor.backends.llm.fake_quant as fake_quant
 import compressor.backends.llm.lm_train as lm_train
 from compressor.backends.llm.model import QuantizedLinear
+from compressor.formats import format_named, resolve
 
 SCALE_LR_FRACTION = 0.01
 
 
 def train(loaded: Any, start: dict[str, QuantizedLinear], windows: np.ndarray, scheme: Any,
-          progress: Any) -> tuple[dict[str, QuantizedLinear], dict]:
+          progress: Any, formats: tuple[str, ...] = ()) -> tuple[dict[str, QuantizedLinear], dict]:
     """(the trained integers by parameter name, the training facts for report.json)."""
     config = scheme.training
     lm_train.check_windows(windows, "int4 QAT")
     bf16 = config.precision == "bf16"
     student = copy.deepcopy(loaded.model).to(torch.float32).train()
     teacher = lm_train.frozen_teacher(loaded.model, bf16)
+    rounding, rounded_as = _input_rounding(student, start, formats)
     attached = fake_quant.attach(student, start, scheme.learn_scales)
     optimizer = lm_train.optimizer_for(config, _groups(student, attached))
 
@@ -47,10 +52,24 @@ def train(loaded: Any, start: dict[str, QuantizedLinear], windows: np.ndarray, s
         return lm_train.distillation_loss(student, teacher, ids, scheme.temperature,
                                           scheme.hard_weight, bf16)
 
-    facts = lm_train.train_windows(windows, config, student, loss_of, optimizer, progress,
-                                   "int4 QAT")
+    with rounding:
+        facts = lm_train.train_windows(windows, config, student, loss_of, optimizer, progress,
+                                       "int4 QAT")
     trained = fake_quant.detach(student, attached)
-    return trained, facts
+    return trained, {**facts, "inputs_rounded_as": rounded_as}
+
+
+def _input_rounding(student: Any, start: dict[str, QuantizedLinear], formats: tuple[str, ...]
+                    ) -> tuple[Any, str | None]:
+    """(a context in which the student's quantized matrices see their inputs rounded as the
+    first exported format that rounds them at run time does (Format.lm_activations: a
+    .tflite's int8 per token), straight through; that format). Made before the fake
+    quantization is attached: the modules are found by their weights."""
+    for fmt in formats:
+        rounds = format_named(fmt).lm_activations
+        if rounds:
+            return resolve(rounds)(student, start, straight_through=True), fmt
+    return contextlib.nullcontext(), None
 
 
 def _groups(student: Any, attached: dict) -> list[dict]:
