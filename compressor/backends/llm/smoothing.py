@@ -18,10 +18,10 @@ channel (the SmoothQuant rule), from the calibration windows' inputs.
 It is a candidate (the issue's rule: kept where it measures closer), tried only for formats that
 round their inputs (Format.lm_activations): the model as it is and each alpha are scored with
 round-to-nearest integers, as every such format computes them (worst format); smoothing wins by
-a clear lead only (KEEP_BELOW) and then stays applied to the
-model (new tensors: a checkpoint's memory-mapped weights are never written), which the
-quantization and every exporter then read. Measured (SmolLM2-135M, int8 weights, inputs rounded
-per token, perplexity on the held-out text): +2.02% as it is, +0.91% smoothed at alpha 0.5.
+a clear lead only (KEEP_BELOW) and then stays applied to the model (new tensors: a checkpoint's
+memory-mapped weights are never written), which the quantization and every exporter read.
+Measured (SmolLM2-135M, int8 weights, inputs rounded per token, perplexity on the held-out
+text): +2.02% as it is, +0.91% smoothed at alpha 0.5.
 """
 from __future__ import annotations
 
@@ -73,12 +73,12 @@ def choose_smoothing(loaded: Any, plan: Any, calibration: np.ndarray | None,
     record report.json keeps as a `candidates` entry, or None when no format rounds its inputs,
     there is no calibration text or the model has no site to smooth."""
     from compressor.backends.llm.candidates import KlScorer, scores_by_format, split
+    from compressor.backends.llm.quantize import quantized_weight_names
 
     windows, scoring = split(calibration)
     if not rounds_inputs(formats) or scoring is None:
         return None
-    names = _rounded_names(loaded)
-    sites = find_sites(loaded.model, names, windows)
+    sites = find_sites(loaded.model, quantized_weight_names(loaded.model), windows)
     if not sites:
         return None
     channel_maxima(loaded.model, sites, windows[:STATS_WINDOWS])
@@ -255,12 +255,6 @@ def _checked(site: Site) -> torch.Tensor:
     module = site.producer if site.kind == "norm" else site.parent
     out = module(site.probe)
     return (out[0] if isinstance(out, tuple) else out).float()
-
-
-def _rounded_names(loaded: Any) -> list[str]:
-    from compressor.backends.llm.quantize import quantized_weight_names
-
-    return quantized_weight_names(loaded.model)
 
 
 def _rtn(loaded: Any, plan: Any) -> dict:
