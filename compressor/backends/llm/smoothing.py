@@ -71,13 +71,14 @@ def choose_smoothing(loaded: Any, plan: Any, calibration: np.ndarray | None,
     """Smooth `loaded.model` where it measures closer (statistics from the calibration windows
     the integers are made from, scores on the held-out ones, as candidates.py splits them); the
     record report.json keeps as a `candidates` entry, or None when no format rounds its inputs,
-    there is no calibration text or the model has no site to smooth."""
+    there is no calibration text, the model is not one loaded here from a checkpoint of float
+    weights (LoadedLm.owned, no file_grids) or it has no site to smooth."""
     from compressor.backends.llm.candidates import KlScorer, scores_by_format, split
     from compressor.backends.llm.quantize import quantized_weight_names
 
     windows, scoring = split(calibration)
-    if not rounds_inputs(formats) or scoring is None:
-        return None
+    if not rounds_inputs(formats) or scoring is None or not loaded.owned or loaded.file_grids:
+        return None   # a caller's model is never changed; a file's own integers stay as they are
     sites = find_sites(loaded.model, quantized_weight_names(loaded.model), windows)
     if not sites:
         return None
