@@ -144,7 +144,7 @@ def scores_by_format(scorer: KlScorer, weights: dict[str, QuantizedLinear],
     for fmt in formats or ("any",):
         entry = format_named(fmt) if fmt != "any" else None
         view = resolve(entry.lm_weights) if entry and entry.lm_weights else None
-        inputs = resolve(entry.lm_activations) if entry and entry.lm_activations else None
+        inputs = input_rounding(fmt) if entry else None
         computed = weights if view is None else {name: view(w) for name, w in weights.items()}
         if inputs is None and all(computed[name] is w for name, w in weights.items()):
             as_stored = scorer(weights) if as_stored is None else as_stored
@@ -152,6 +152,13 @@ def scores_by_format(scorer: KlScorer, weights: dict[str, QuantizedLinear],
             continue
         scores[fmt] = scorer(computed, inputs)
     return scores
+
+
+def input_rounding(fmt: str) -> Callable[..., Any] | None:
+    """How `fmt`'s runtime rounds a quantized matrix's input (Format.lm_activations, resolved:
+    `(model, names, straight_through=False)` -> a context), None when it computes in float."""
+    reference = format_named(fmt).lm_activations
+    return resolve(reference) if reference else None
 
 
 def split(calibration: np.ndarray | None) -> tuple[np.ndarray | None, np.ndarray | None]:

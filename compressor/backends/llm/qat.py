@@ -30,8 +30,8 @@ import torch
 
 import compressor.backends.llm.fake_quant as fake_quant
 import compressor.backends.llm.lm_train as lm_train
+from compressor.backends.llm.candidates import input_rounding
 from compressor.backends.llm.model import QuantizedLinear
-from compressor.formats import format_named, resolve
 
 SCALE_LR_FRACTION = 0.01
 
@@ -66,9 +66,9 @@ def _input_rounding(student: Any, start: dict[str, QuantizedLinear], formats: tu
     .tflite's int8 per token), straight through; that format). Made before the fake
     quantization is attached: the modules are found by their weights."""
     for fmt in formats:
-        rounds = format_named(fmt).lm_activations
-        if rounds:
-            return resolve(rounds)(student, start, straight_through=True), fmt
+        rounding = input_rounding(fmt)
+        if rounding is not None:
+            return rounding(student, start, straight_through=True), fmt
     return contextlib.nullcontext(), None
 
 

@@ -33,7 +33,6 @@ import torch
 
 from compressor.backends.llm.dynamic_int8 import matrix_modules
 from compressor.backends.llm.layer_inputs import CALIBRATION_BATCH
-from compressor.formats import format_named
 
 ALPHAS = (0.5,)
 PROBE_TOKENS = 16          # the structure forward's window (tensors followed, folds checked)
@@ -63,7 +62,9 @@ class Site:
 
 
 def rounds_inputs(formats: tuple[str, ...]) -> bool:
-    return any(format_named(fmt).lm_activations for fmt in formats)
+    from compressor.backends.llm.candidates import input_rounding
+
+    return any(input_rounding(fmt) is not None for fmt in formats)
 
 
 def choose_smoothing(loaded: Any, plan: Any, calibration: np.ndarray | None,
@@ -122,7 +123,8 @@ def find_sites(model: Any, names: list[str], windows: np.ndarray) -> list[Site]:
     written: dict[int, tuple[torch.nn.Module, torch.Tensor, torch.Tensor]] = {}
     read: dict[torch.nn.Module, torch.Tensor] = {}
     entered: dict[torch.nn.Module, torch.Tensor] = {}
-    parents = {m: _parent(model, m) for m in consumers}
+    names_of = {module: name for name, module in model.named_modules()}
+    parents = {m: _parent(model, names_of[m]) for m in consumers}
 
     def wrote(module: Any, args: tuple, out: Any) -> None:
         if isinstance(out, torch.Tensor) and args and isinstance(args[0], torch.Tensor):
@@ -139,8 +141,7 @@ def find_sites(model: Any, names: list[str], windows: np.ndarray) -> list[Site]:
     hooks += [m.register_forward_pre_hook(reads) for m in consumers]
     hooks += [p.register_forward_pre_hook(enters) for p in set(parents.values()) if p is not None]
     try:
-        with torch.no_grad():
-            model(input_ids=torch.as_tensor(windows[:1, :PROBE_TOKENS]), use_cache=False)
+        _logits(model, windows)
     finally:
         for hook in hooks:
             hook.remove()
@@ -205,10 +206,7 @@ def fold(site: Site, s: torch.Tensor) -> bool:
             after = _checked(site)
         except (TypeError, ValueError, RuntimeError, AttributeError, IndexError):
             after = None     # the module needs more than its first input (attention)
-    if after is None:
-        unfold(site)
-        return False
-    if _close(after, expected):
+    if after is not None and _close(after, expected):
         return True
     unfold(site)
     return False
@@ -274,9 +272,8 @@ def _own_weight(model: Any, module: torch.nn.Module) -> bool:
     return sum(getattr(m, "weight", None) is weight for m in model.modules()) == 1
 
 
-def _parent(model: Any, module: torch.nn.Module) -> torch.nn.Module | None:
-    names = {m: n for n, m in model.named_modules()}
-    path = names[module].rpartition(".")[0]
+def _parent(model: Any, name: str) -> torch.nn.Module | None:
+    path = name.rpartition(".")[0]
     return model.get_submodule(path) if path else None
 
 
@@ -293,5 +290,5 @@ def _rows_writers(parent: torch.nn.Module | None, consumer: torch.nn.Module,
     if parent is None:
         return []
     width = consumer.weight.shape[1]
-    return [m for m in parent.children() if m is not consumer and m in matrices
-            and isinstance(m, torch.nn.Linear) and m.weight.shape[0] == width]
+    return [m for m in parent.children()
+            if m is not consumer and m in matrices and m.weight.shape[0] == width]
