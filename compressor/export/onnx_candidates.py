@@ -10,46 +10,33 @@ Every candidate stores its embedding tables and leftover weights as int8 alike, 
 have the size of an int8 file. Without calibration data: DEFAULT without smoothing, no search.
 
 Blockwise int8 (onnxruntime's MatMulNBits, 8-bit, activations quantized per block of K:
-onnx_blockwise.py) competes too, for every weight MatMul and, when that costs over
-LATENCY_BOUND x the plain dynamic file, mixed into the best dynamic setting on the matmuls
-where it gains most per multiply (each scored alone). A candidate costing over LATENCY_BOUND
-or larger than SIZE_BOUND x the plain dynamic file cannot win, so "int8" stays a fast file:
-all-MiniLM-L6-v2 blockwise reaches 0.9991 but runs 2.1-2.8x the plain dynamic file's time on
-an AVX-512 VNNI CPU. Its cost is modelled from the graph (onnx_cost.py), never timed, so the
-same model and seed give the same file: every candidate is still timed (batch 1, one
-thread) and its p50 recorded, but timings decide nothing.
+onnx_blockwise.py) competes too, for every weight MatMul; and the mixed candidate
+(onnx_mix.py): the best dynamic setting with some inputs rounded per token
+(onnx_per_token.py) and, when blockwise whole costs over LATENCY_BOUND x the plain dynamic
+file, some matmuls blockwise, where each gains most per cost (each scored alone). A candidate
+costing over LATENCY_BOUND or larger than SIZE_BOUND x the plain dynamic file cannot win, so
+"int8" stays a fast file: all-MiniLM-L6-v2 blockwise reaches 0.9991 but runs 2.1-2.8x the
+plain dynamic file's time on an AVX-512 VNNI CPU. Its cost is modelled from the graph
+(onnx_cost.py), never timed, so the same model and seed give the same file: every candidate
+is still timed (batch 1, one thread) and its p50 recorded, but timings decide nothing.
 """
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from compressor.errors import first_line
+from compressor.export import onnx_mix
 from compressor.export.onnx_blockwise import write_blockwise
+from compressor.export.onnx_dynamic import DynamicSettings, write_dynamic
 from compressor.export.onnx_fidelity import mean_cosine, run_outputs
 
-# onnxruntime's dynamic quantizer's ops but Gather: it would store a table as uint8 with one
-# scale (write_dynamic stores tables as int8 rows instead).
-DYNAMIC_OPS = ("Conv", "MatMul", "Gemm", "Attention", "LSTM", "EmbedLayerNormalization")
 HELD_OUT_FRACTION = 4     # 1 in 4 calibration batches scores, the rest calibrate smoothing
 TIE = 1e-6                # a score this close to the best: the earlier (listed) candidate wins
-
-
-@dataclass(frozen=True)
-class DynamicSettings:
-    smooth: bool          # activation outliers moved into the weights (onnx_smooth.py)
-    # 7-bit weights: run-time uint8 activations of a Relu / GELU output fill 0..255, and AVX2's
-    # u8 x s8 pair sums (vpmaddubsw, no VNNI) saturate in 16 bits with full-range weights; 7
-    # bits cannot (a random feed-forward block, AVX2: mean cosine 0.990 -> 0.9998). With VNNI
-    # or Arm dot products nothing saturates and the 7th bit is only lost precision.
-    reduce_range: bool
-    per_channel: bool     # one weight scale per output column, else one per matrix
-
-
 DEFAULT = DynamicSettings(smooth=True, reduce_range=True, per_channel=True)
 PLAIN = DynamicSettings(smooth=False, reduce_range=False, per_channel=False)
 # Few on purpose: each costs a quantization and a run. Listed in order of preference on ties.
@@ -65,8 +52,6 @@ PLAIN_NAME = "onnxruntime_defaults"
 BLOCKWISE = "blockwise_int8"   # every weight MatMul as MatMulNBits (onnx_blockwise.py)
 LATENCY_BOUND = 1.25   # modelled cost / the plain file's (onnx_cost.py): costlier cannot win
 SIZE_BOUND = 1.05      # bytes / the plain dynamic file's: larger candidates cannot win
-MIXED_BUDGET = 1.2     # the mixed candidate's modelled cost / the plain dynamic file's
-MAX_RANKED = 96        # weight MatMuls the mixed candidate ranks at most (a quantization each)
 # onnxruntime's quantizers raise these on graphs they cannot handle (onnx_prepare.quantizing)
 QUANTIZER_ERRORS = (RuntimeError, ValueError, KeyError, TypeError, AssertionError, IndexError)
 
@@ -74,28 +59,6 @@ QUANTIZER_ERRORS = (RuntimeError, ValueError, KeyError, TypeError, AssertionErro
 def not_searched() -> tuple[str, DynamicSettings]:
     """The setting without calibration data: DEFAULT but smoothing, which measures activations."""
     return "7bit_per_channel", CANDIDATES["7bit_per_channel"]
-
-
-def write_dynamic(prepared: Path, out_path: Path, excluded: Collection[str],
-                  settings: DynamicSettings) -> None:
-    """onnxruntime's dynamic int8 of `prepared` (already smoothed when `settings.smooth`), then
-    the weights it leaves float as int8 (embedding tables; tf2onnx's LSTM / GRU; kernels shape
-    arithmetic also reads; folded position tables), so no "int8" file keeps float matrices."""
-    import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    from compressor.export.onnx_prepare import quantizing
-    from compressor.export.onnx_weight_only import (WEIGHT_OPS, store_int8_tables,
-                                                    store_int8_weights)
-
-    quantizing(lambda: quantize_dynamic(
-        str(prepared), str(out_path), op_types_to_quantize=list(DYNAMIC_OPS),
-        per_channel=settings.per_channel, reduce_range=settings.reduce_range,
-        weight_type=QuantType.QInt8, nodes_to_exclude=sorted(excluded),
-        extra_options={"MatMulConstBOnly": True}), "dynamic")
-    proto = onnx.load(str(out_path))
-    if store_int8_weights(proto, set(excluded), WEIGHT_OPS) + store_int8_tables(proto, set(excluded)):
-        onnx.save(proto, str(out_path))
 
 
 def split(batches: Sequence[Any]) -> tuple[list[Any], list[Any], bool]:
@@ -203,7 +166,8 @@ class Search:
         return notes
 
     def add_blockwise(self, smoothed_file: Path) -> dict[str, Any]:
-        """The blockwise candidate, and the mixed one when that costs over LATENCY_BOUND."""
+        """The blockwise candidate, then the mixed one (onnx_mix.py: per-token inputs, and
+        blockwise matmuls when blockwise whole costs over LATENCY_BOUND)."""
         import onnx
 
         from compressor.export import onnx_blockwise
@@ -222,64 +186,32 @@ class Search:
                                            "accuracy_level": onnx_blockwise.ACCURACY_LEVEL})
             except QUANTIZER_ERRORS as exc:   # the dynamic candidates stand without it
                 why = f"onnxruntime's MatMulNBits quantizer or kernel failed: {first_line(exc)}"
-        if why is not None:
-            return {"blockwise": f"not tried: {why}"}
-        if self.tried[-1]["cost_vs_plain"] <= LATENCY_BOUND:
-            return {}   # fast enough whole: nothing left for a mix to win
-        if len(matmuls) > MAX_RANKED:
-            return {"mixed": f"not tried: {len(matmuls)} weight MatMuls to rank (at most "
-                             f"{MAX_RANKED}: one quantization each)"}
+        notes = {"blockwise": f"not tried: {why}"} if why else {}
+        rankable = {} if why or self.tried[-1]["cost_vs_plain"] <= LATENCY_BOUND else matmuls
+        if len(rankable) > onnx_mix.MAX_RANKED:
+            notes["mixed_blockwise"] = (f"not ranked: {len(rankable)} weight MatMuls (at most "
+                                        f"{onnx_mix.MAX_RANKED}: one quantization each)")
+            rankable = {}
         try:
-            return self.mixed(matmuls, block, smoothed_file)
+            return {**notes, **self.mixed(rankable, len(matmuls), block, smoothed_file)}
         except QUANTIZER_ERRORS as exc:
-            return {"mixed": f"not tried: {first_line(exc)}"}
+            return {**notes, "mixed": f"not tried: {first_line(exc)}"}
 
-    def mixed(self, matmuls: dict[str, tuple[int, int]], block: int,
+    def mixed(self, matmuls: dict[str, tuple[int, int]], total_matmuls: int, block: int,
               smoothed_file: Path) -> dict[str, Any]:
-        """The closest-to-float dynamic candidate with blockwise int8 on the matmuls where it
-        gains most per cost: each matmul measured alone blockwise (its gain in score), its
-        cost what MatMulNBits adds over MatMulInteger in the cost model (onnx_cost.py), as
-        many as fit MIXED_BUDGET x the plain file's modelled cost; one file, a candidate."""
-        import onnx
-
-        from compressor.export import onnx_cost
-
+        """The closest-to-float dynamic candidate made finer where it gains most per cost
+        (onnx_mix.py), added when any place gains; returns the ranking notes."""
         dynamic = [entry for entry in self.tried if entry["name"] in CANDIDATES]
-        base_name = pick(dynamic)
-        base = next(entry for entry in dynamic if entry["name"] == base_name)
-        settings = CANDIDATES[base_name]
-        source = smoothed_file if settings.smooth else self.prepared
-
-        def build(nodes: Collection[str], path: Path) -> Path:
-            write_dynamic(source, path, self.excluded | set(nodes), settings)
-            write_blockwise(onnx.load(str(path)), path, nodes, self.excluded, block)
-            return path
-
-        gains = {node: round(self.score(build([node], self.workdir / "rank.onnx")) -
-                             base["score"], 6) for node in matmuls}
-        costs = onnx_cost.blockwise_costs(matmuls, self.costs[PLAIN_NAME])
-        ranking = {"mixed_ranking": {"base": base_name, "gain_if_blockwise": gains,
-                                     "cost_vs_plain": costs, "budget_vs_plain": MIXED_BUDGET}}
-        chosen = fit(gains, costs, MIXED_BUDGET - base["cost_vs_plain"])
-        if not chosen:
-            return {**ranking, "mixed": "not tried: no matmul gains within the budget"}
-        self.add(f"{base_name}+blockwise_{len(chosen)}of{len(matmuls)}",
-                 build(chosen, self.workdir / "candidate-mixed.onnx"),
-                 {**asdict(settings), "blockwise": sorted(chosen), "block": block, "bits": 8,
-                  "accuracy_level": 4})
-        return ranking
-
-
-def fit(gains: dict[str, float], costs: dict[str, float], budget: float) -> list[str]:
-    """The nodes with a positive gain, best gain per cost first (ties: listed order), while
-    the sum of their costs (in units of the plain file's modelled cost) stays within budget."""
-    chosen, spent = [], 0.0
-    for node in sorted((n for n in gains if gains[n] > 0),
-                       key=lambda n: -gains[n] / max(costs[n], 1e-9)):
-        if spent + costs[node] <= budget:
-            chosen.append(node)
-            spent += costs[node]
-    return chosen
+        name = pick(dynamic)
+        entry = next(entry for entry in dynamic if entry["name"] == name)
+        settings = CANDIDATES[name]
+        base = onnx_mix.Base(name, settings, smoothed_file if settings.smooth else self.prepared,
+                             self.files[name], entry["score"], entry["cost_vs_plain"])
+        notes, candidate = onnx_mix.mixed(base, matmuls, total_matmuls, block, self.excluded,
+                                          self.score, self.costs[PLAIN_NAME], self.workdir)
+        if candidate is not None:
+            self.add(*candidate)
+        return notes
 
 
 def eligible(entry: dict[str, Any], tried: Sequence[dict[str, Any]]) -> bool:

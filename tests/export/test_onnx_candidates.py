@@ -16,7 +16,9 @@ from compressor.core.record import RunRecord
 from compressor.export import onnx_blockwise, onnx_cost
 from compressor.export.onnx_blockwise import write_blockwise
 from compressor.export.onnx_candidates import (BLOCKWISE, CANDIDATES, PLAIN, PLAIN_NAME, TIE,
-                                               eligible, fit, pick, write_dynamic)
+                                               eligible, pick)
+from compressor.export.onnx_dynamic import write_dynamic
+from compressor.export.onnx_mix import fit
 from compressor.export.onnx_fidelity import mean_cosine, run_outputs
 from compressor.export.onnx_quant import quantize_onnx_dynamic
 
@@ -129,6 +131,8 @@ def test_the_closest_to_float_wins_among_the_cheap_and_small_enough():
     costs = {"big": 0.4, "small": 0.1, "tiny": 0.1, "worse": 0.1}
     assert fit(gains, costs, budget=0.25) == ["small", "tiny"]
     assert fit(gains, costs, budget=0.6) == ["small", "big", "tiny"]
+    # a gain under MIN_GAIN (1e-5 of cosine) buys nothing a user sees, however cheap
+    assert fit({"noise": 4e-6, "real": 2e-5}, {"noise": 1e-4, "real": 0.1}, budget=1) == ["real"]
 
 
 def test_too_costly_blockwise_gives_a_mixed_candidate(tmp_path, monkeypatch):
