@@ -90,10 +90,10 @@ def round_per_token(proto: Any, tensors: Collection[str]) -> int:
                                    [name("shifted")], name=name("shifted")),
                   helper.make_node("Cast", [name("shifted")], [quantized],
                                    to=TensorProto.UINT8, name=name("uint8"))]
+        for reader in readers.get(scale, []):
+            _replace_input(reader, scale, "per_token_unit_scale")
         for matmul, scale_mul in chains:
             _replace_input(matmul, zero_point, ZERO_POINT_NAME)
-            for reader in readers.get(scale, []):
-                _replace_input(reader, scale, "per_token_unit_scale")
             output = scale_mul.output[0]
             scale_mul.output[0] = f"{output}/per_tensor"
             after[scale_mul.name] = helper.make_node(
