@@ -48,7 +48,7 @@ def mixed(base: Base, matmuls: dict[str, tuple[int, int]], total_matmuls: int, b
     be built); every input `base.file` rounds per tensor may go per token."""
     import onnx
 
-    from compressor.export import onnx_cost, onnx_per_token
+    from compressor.export import onnx_blockwise, onnx_cost, onnx_per_token
 
     rank = workdir / "rank.onnx"
     sites = onnx_per_token.sites(onnx.load(str(base.file)))
@@ -84,7 +84,8 @@ def mixed(base: Base, matmuls: dict[str, tuple[int, int]], total_matmuls: int, b
         (f"+blockwise_{len(nodes)}of{total_matmuls}" if nodes else "")
     settings = {**asdict(base.settings), "per_token": tokens, "blockwise": nodes}
     if nodes:
-        settings.update(block=block, bits=8, accuracy_level=4)
+        settings.update(block=block, bits=onnx_blockwise.BITS,
+                        accuracy_level=onnx_blockwise.ACCURACY_LEVEL)
     return notes, (name, build(base, workdir / "candidate-mixed.onnx", excluded, nodes, tokens,
                                block), settings)
 

@@ -101,8 +101,9 @@ def round_per_token(proto: Any, tensors: Collection[str]) -> int:
                 name=name("row_scale", scale_mul.name))
     if rewritten:
         present = {init.name for init in graph.initializer}
-        graph.initializer.extend(numpy_helper.from_array(value, key)
-                                 for key, value in _CONSTANTS.items() if key not in present)
+        unused = set() if opset >= 18 else {"per_token_last_axis"}   # axes: an attribute
+        graph.initializer.extend(numpy_helper.from_array(value, key) for key, value in
+                                 _CONSTANTS.items() if key not in present | unused)
         del graph.node[:]
         graph.node.extend(nodes)
     return rewritten
