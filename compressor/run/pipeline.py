@@ -20,7 +20,7 @@ from compressor.core.context import ModelState
 from compressor.errors import (AccuracyGateError, BackendUnavailableError, DeviceBudgetError,
                                FormatsIncompleteError, first_line)
 from compressor.export.int8 import export_checked
-from compressor.core.memory import stop_sampling
+from compressor.core.memory import run_objects_only, stop_sampling
 from compressor.core.modes import training_flags_kept
 from compressor.runtimes.weights import MIN_WEIGHT_SHARE
 from compressor.config.recipe import Recipe
@@ -93,7 +93,7 @@ def compress(model: Any, recipe: str | Path | Recipe, data: Any = "digits", **op
     when the call ends, however it ends."""
     out = Path(options.get("out_dir", "dist"))
     check_output_path(out, options.get("force", False))   # before the lock file goes beside it
-    with output_lock(out), training_flags_kept(model):
+    with output_lock(out), training_flags_kept(model), run_objects_only():
         session = open_session(model, recipe, data, **options)
         try:
             with removed_after(session.ctx.workdir):
