@@ -4,7 +4,6 @@ trained on the built-in corpus (`trained_lm_dir`, ~25-40 s) so perplexity means 
 random-init models of each family (`random_lm_dir("qwen2")`, a second or two each)."""
 from __future__ import annotations
 
-import gc
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -20,13 +19,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")   # nothing in these tests download
 def own_objects_only():
     """Each test's garbage collections scan only the objects it made, as a `compress` run's do
     (memory.run_objects_only): the export functions these tests call directly hand memory back
-    with a full collection, 0.6 s each in a session holding TensorFlow, torch and transformers.
-    The test's own cycles are collected before the older objects thaw."""
+    with a full collection, 0.6 s each in a session holding TensorFlow, torch and transformers."""
     from compressor.core.memory import run_objects_only
 
     with run_objects_only():
         yield
-        gc.collect()
 
 
 @pytest.fixture(scope="session")
