@@ -125,11 +125,17 @@ def val_targets(ctx: Context) -> tuple[np.ndarray | None, np.ndarray | None]:
     return labels, reference
 
 
+def _largest(values: Any) -> int | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
 def record_training(ctx: Context, description: str, facts: dict[str, Any]) -> None:
     """report.json `training` of a classic model: the fine-tuning's steps, seconds, peak RSS
-    (and its increase over the process before the loop) and precision, so float32 and bf16
-    runs of a recipe compare side by side. A recipe with several training steps (prune, then
-    QAT) sums steps and seconds, keeps the largest peak and lists each step under `by_step`."""
+    and heap (their increase over the process before the loop; memory.TrainingMeter) and
+    precision, so float32 and bf16 runs of a recipe compare side by side. A recipe with
+    several training steps (prune, then QAT) sums steps and seconds, keeps the largest peak
+    and lists each step under `by_step`."""
     by_step = {**(ctx.record.notes.get("training") or {}).get("by_step", {}), description: facts}
     steps = list(by_step.values())
     ctx.record.add_note("training", {
@@ -137,4 +143,5 @@ def record_training(ctx: Context, description: str, facts: dict[str, Any]) -> No
         "seconds": round(sum(f["seconds"] for f in steps), 2),
         "peak_rss_bytes": max(f["peak_rss_bytes"] for f in steps),
         "peak_rss_increase_bytes": max(f["peak_rss_increase_bytes"] for f in steps),
+        "peak_heap_increase_bytes": _largest(f.get("peak_heap_increase_bytes") for f in steps),
         "precision": facts["precision"], "by_step": by_step})

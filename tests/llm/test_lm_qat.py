@@ -117,6 +117,7 @@ def test_trained_integers_are_what_the_gguf_stores(precision, random_lm_dir, tmp
     trained, facts = train(loaded, start, windows, scheme, Progress(quiet=True))
     assert facts["precision"] == precision and facts["steps"] == 2 and facts["tokens"] == 512
     assert facts["peak_rss_bytes"] > 0 and facts["seconds"] > 0
+    assert facts["peak_heap_increase_bytes"] > 0
     assert any(not torch.equal(trained[n].q, start[n].q) for n in start)
     ctx = Context(data=Data(), progress=Progress(quiet=True), workdir=tmp_path, context=64)
     state = ModelState(model=loaded.with_quantized(trained), scheme=scheme)

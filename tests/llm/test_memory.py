@@ -137,3 +137,22 @@ def test_each_run_samples_anew_right_after_the_last_one_stopped():
         assert not memory._SAMPLER.stopped
     finally:
         memory.stop_sampling()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc mallinfo2")
+def test_the_training_meter_counts_the_heap_a_loop_held_at_its_peak():
+    """80 MB allocated and freed three times inside: the heap's peak increase is that block
+    (not the three, not the RSS malloc may keep after the frees), and back to ~0 after."""
+    import time
+
+    from compressor.core import memory
+
+    with memory.TrainingMeter(0.005) as meter:
+        for _ in range(3):
+            block = np.ones(80 * 2**20, dtype=np.uint8)
+            time.sleep(0.05)
+            del block
+    facts = meter.facts()
+    assert 78 * 2**20 <= facts["peak_heap_increase_bytes"] <= 90 * 2**20, facts
+    assert facts["peak_rss_increase_bytes"] >= 78 * 2**20, facts
+    assert memory.heap_in_use() - meter.heap_before < 8 * 2**20

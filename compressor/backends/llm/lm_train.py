@@ -33,7 +33,11 @@ from compressor.errors import DataError
 
 SAMPLE_S = 0.01      # the peak-RSS sampler's interval while training
 MIN_WINDOWS = 8
-CHUNK_BYTES = 64 * 2**20   # float logits a loss chunk holds at a time (_per_window)
+# float logits a loss chunk holds at a time (_per_window): one window of most models. The
+# small bench Llama's int4_qat (8 windows of 256 tokens, 1,024 vocabulary) held 186 / 140 MB
+# of heap at its peak in float32 / bf16 with the batch as one chunk, 148 / 94 MB a window at
+# a time, in the same seconds (the bf16 run's float copies of the logits were most of it)
+CHUNK_BYTES = 2**20
 
 
 def check_windows(windows: np.ndarray, what: str) -> None:
@@ -101,7 +105,7 @@ def _per_window(summed: Callable, logits: torch.Tensor, target: torch.Tensor,
     When the batch's float logits exceed CHUNK_BYTES, a few windows at a time under activation
     checkpointing: the float copies, log-softmaxes and their gradients ([tokens, vocab] each,
     0.4 GB per copy for 8 windows of 256 tokens of a 49k vocabulary) then exist for one chunk,
-    not for the batch (recomputed in backward; a small model's batch is one chunk)."""
+    not for the batch (recomputed in backward; a tiny model's batch is one chunk)."""
     from torch.utils.checkpoint import checkpoint
 
     windows, tokens = len(ids), ids.shape[1] - 1
