@@ -121,6 +121,7 @@ def _calibration_text() -> str:
 def _train(calibration: str) -> tuple[Any, Any, float]:
     """(tokenizer, model, last training loss) of the tiny Llama trained on `calibration`."""
     from compressor.backends.llm import examples
+    from compressor.backends.torch.threads import free_cpus
     from compressor.tasks.lm.text_data import SEPARATOR, bos_token_id
 
     tokenizer = examples.train_tokenizer(calibration.split(SEPARATOR))
@@ -132,7 +133,7 @@ def _train(calibration: str) -> tuple[Any, Any, float]:
             print(f"  step {step + 1}/{examples.STEPS}: loss {loss:.2f}", file=sys.stderr,
                   flush=True)
 
-    print(f"  {examples.free_cpus()} torch thread(s), {examples.STEPS} AdamW steps of "
+    print(f"  {free_cpus()} torch thread(s), {examples.STEPS} AdamW steps of "
           f"{examples.BATCH} x {examples.SEQUENCE} tokens", file=sys.stderr, flush=True)
     model = examples.train_causal_lm(lambda: examples.tiny_llama(tokenizer), tokenizer,
                                      calibration, bos_token_id(tokenizer), on_step=progress)

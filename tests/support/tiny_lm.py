@@ -18,7 +18,7 @@ import numpy as np
 from compressor.backends.llm import examples
 from compressor.backends.llm.examples import (  # noqa: F401  (the tests read them here)
     BATCH, BOS_ID, CHAT_TEMPLATE, EOS_ID, PAD_ID, SEQUENCE, SPECIAL_TOKENS, STEPS, TINY, UNK_ID,
-    free_cpus, save_hf_folder)
+    save_hf_folder)
 from compressor.tasks.lm.text_data import SEPARATOR, TextData, bos_token_id
 
 FAMILIES = ("llama", "llama3", "qwen2", "gemma2", "phi3", "mistral", "gemma", "gemma3_text",

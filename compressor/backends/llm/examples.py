@@ -6,10 +6,11 @@ torch / transformers / tokenizers are imported inside the functions.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from compressor.backends.torch.threads import on_free_cpus
 
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<pad>")   # ids 0, 1, 2, 3 in every trained tokenizer
 UNK_ID, BOS_ID, EOS_ID, PAD_ID = range(4)
@@ -68,14 +69,12 @@ def train_causal_lm(build: Callable[[], Any], tokenizer: Any, text: str, bos: in
     `sequence`-token windows of `text`, each starting with `bos` (when not None);
     `on_step(step, loss)` after each step, which stops the training by returning True (and
     may evaluate the model: it is put back in training mode after). Runs on the CPUs that are
-    free (`free_cpus`); torch's thread count is restored afterwards."""
+    free (threads.on_free_cpus); torch's thread count is restored afterwards."""
     import torch
 
     ids = torch.tensor(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
     body = sequence - (bos is not None)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(free_cpus())
-    try:
+    with on_free_cpus():
         model = build().train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay,
                                       betas=(0.9, 0.95))
@@ -96,18 +95,7 @@ def train_causal_lm(build: Callable[[], Any], tokenizer: Any, text: str, bos: in
             if on_step is not None and on_step(step, loss.item()):
                 break
             model.train()
-    finally:
-        torch.set_num_threads(threads)
     return model.eval()
-
-
-def free_cpus() -> int:
-    """CPUs this process may use, less those other processes keep busy (1-minute load average,
-    this process not counted): on a shared, loaded machine two torch threads that wait for each
-    other were measured 5x slower than one."""
-    cpus = len(os.sched_getaffinity(0))
-    busy = max(0, round(os.getloadavg()[0]) - 1)
-    return max(1, cpus - busy)
 
 
 def save_hf_folder(model: Any, tokenizer: Any, path: Path | str) -> Path:

@@ -86,6 +86,7 @@ def _quantized(state: ModelState, plan: Any, ctx: Context, calibration: Any = No
 
     from compressor.backends.llm.candidates import choose_weights
     from compressor.backends.llm.smoothing import choose_smoothing
+    from compressor.backends.torch.threads import on_free_cpus
 
     if calibration is None and ctx.data.train is not None:
         calibration = ctx.data.train[0]
@@ -101,11 +102,13 @@ def _quantized(state: ModelState, plan: Any, ctx: Context, calibration: Any = No
                       f"{plan.algorithm}{mixing}" + (
                           f" on {len(calibration)} calibration windows"
                           if plan.algorithm != "rtn" and calibration is not None else ""))
-    smoothing = choose_smoothing(state.model, plan, calibration, ctx.formats, ctx.progress.info)
-    if smoothing is not None:
-        ctx.record.add_note_entry("candidates", "smooth", smoothing)
-    quantized, candidates = choose_weights(state.model, plan, calibration, ctx.progress.task,
-                                           ctx.progress.info, ctx.formats)
+    with on_free_cpus():     # GPTQ and the candidates' scoring: torch's heaviest CPU work
+        smoothing = choose_smoothing(state.model, plan, calibration, ctx.formats,
+                                     ctx.progress.info)
+        if smoothing is not None:
+            ctx.record.add_note_entry("candidates", "smooth", smoothing)
+        quantized, candidates = choose_weights(state.model, plan, calibration,
+                                               ctx.progress.task, ctx.progress.info, ctx.formats)
     if candidates is not None:
         ctx.record.add_note_entry("candidates", "quantize", candidates)
     return state.replace(model=state.model.with_quantized(quantized))

@@ -28,6 +28,7 @@ import torch
 import compressor.backends.llm.master_weights as master_weights
 import compressor.backends.torch.ranks as ranks
 from compressor.backends.fine_tuning import lr_at, peak_lr
+from compressor.backends.torch.threads import on_free_cpus
 from compressor.core.memory import TrainingMeter
 from compressor.errors import DataError
 
@@ -141,15 +142,15 @@ def train_windows(windows: np.ndarray, config: Any, student: Any,
                   optimizer: torch.optim.Optimizer, progress: Any, label: str) -> dict:
     """`config.epochs` passes over `windows` in batches of `config.batch_size`, one optimizer
     step per batch at the schedule's rate (`precision: bf16`: `student` reads its weights as
-    bfloat16 from float32 masters meanwhile, master_weights.py); the training facts for
-    report.json."""
+    bfloat16 from float32 masters meanwhile, master_weights.py), on the CPUs other processes
+    leave free (threads.py); the training facts for report.json."""
     batch = min(config.batch_size, len(windows))
     per_epoch = len(windows) // batch
     steps = max(1, config.epochs * per_epoch)
     rank, size = _ranks(optimizer, batch, progress)
     order = np.random.default_rng(0)
     losses, tokens = [], 0
-    with TrainingMeter(SAMPLE_S) as meter, \
+    with TrainingMeter(SAMPLE_S) as meter, on_free_cpus() as threads, \
             master_weights.bf16_weights(student, config.precision == "bf16"), \
             progress.task(f"{label} ({config.precision})", steps) as advance:
         for step in range(steps):
@@ -172,6 +173,7 @@ def train_windows(windows: np.ndarray, config: Any, student: Any,
             tokens += chosen.size
             advance(1, f"loss {np.mean(losses[-10:]):.4f}, {tokens / meter.elapsed():,.0f} tokens/s")
     return {"steps": steps, "batch_windows": batch, "tokens": tokens, "ranks": size,
+            "threads": threads,
             **meter.facts(), "tokens_per_s": round(tokens / meter.seconds, 1),
             "precision": config.precision, "lr": peak_lr(config),
             "loss_first": round(float(np.mean(losses[:5])), 6),

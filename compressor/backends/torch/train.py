@@ -27,6 +27,7 @@ from compressor.backends.torch.feature_distill import feature_distillation
 from compressor.backends.torch.io import as_tensors, selected_output
 from compressor.backends.torch.ranks import data_parallel
 from compressor.backends.training_data import training_inputs
+from compressor.backends.torch.threads import on_free_cpus
 from compressor.core.memory import TrainingMeter
 from compressor.backends.training_rules import (CROSS_ENTROPY_ON_PROBABILITIES, MSE,
                                                 PROBE_SAMPLES, ArrayOps, as_logits,
@@ -113,7 +114,7 @@ def fine_tune(model: torch.nn.Module, config: TrainingConfig, ctx: Context, desc
     judge = EpochJudge(model, ctx, config, start_history(ctx, description), set_mode,
                        Outputs(ctx.output_index).of, parallel=setup.sampler is not None)
     step = 0
-    with TrainingMeter() as meter, ctx.progress.task(description, total) as advance:
+    with TrainingMeter() as meter, on_free_cpus(), ctx.progress.task(description, total) as advance:
         for epoch in range(config.epochs):
             set_mode(model, training=True)   # the module itself: exported graphs refuse .train()
             if freeze_bn_after is not None and epoch >= freeze_bn_after:
