@@ -113,8 +113,10 @@ def latency(paths: list[str], threads: int, rounds: int, runs: int, warmup: int 
                             "threads": runtime.threads}
         except Exception as exc:  # noqa: BLE001  recorded; the other artifacts still run
             result[path] = {"error": f"{type(exc).__name__}: {str(exc)[:400]}"}
-    for _ in range(rounds):
-        for path, (runtime, x) in opened.items():
+    order = list(opened.items())
+    for round_ in range(rounds):
+        # every other round backwards: no artifact always runs right after the same other one
+        for path, (runtime, x) in (order if round_ % 2 == 0 else order[::-1]):
             result[path]["p50_rounds"].append(runtime.latency_ms(x, warmup=3, runs=runs)["p50"])
     for path in opened:
         result[path]["p50_ms"] = statistics.median(result[path]["p50_rounds"])

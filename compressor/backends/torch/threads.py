@@ -16,7 +16,7 @@ import os
 import time
 from collections.abc import Iterator
 
-WINDOW_S = 0.2    # how long the machine's busy time is sampled
+WINDOW_S = 0.1    # how long the machine's busy time is sampled (10 ticks of a busy core)
 
 
 def free_cpus(window: float = WINDOW_S) -> int:
