@@ -64,10 +64,24 @@ def build_report(session: Any, rows: list[dict[str, Any]], verdict: dict[str, An
     }
     session.task.add_report_keys(report, session)
     report.update(record.notes)   # user_loop (cz.prepare runs), sweep (what a sweep resumes by)
+    report.update(training_totals(report))
     report["failed_formats"] = record.failed_formats
     for section in record.sections:
         report[section.key] = section.report(artifacts)
     return report
+
+
+def training_totals(report: dict[str, Any]) -> dict[str, Any]:
+    """`training_peak_rss_bytes` / `training_seconds` when the run trained: the largest peak and
+    the summed seconds of every training it recorded (`training`, an LM's `distillation` and
+    `pruning.training`), so runs compare without knowing which step trained."""
+    facts = [f for f in (report.get("training"), report.get("distillation"),
+                         (report.get("pruning") or {}).get("training"))
+             if isinstance(f, dict) and f.get("seconds") is not None]
+    if not facts:
+        return {}
+    return {"training_peak_rss_bytes": max(f.get("peak_rss_bytes") or 0 for f in facts),
+            "training_seconds": round(sum(f["seconds"] for f in facts), 2)}
 
 
 def write_report(report: dict[str, Any], folder: Path) -> None:

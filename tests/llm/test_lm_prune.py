@@ -222,6 +222,10 @@ validate:
     report = result.report
     assert report["pruning"]["params_after"] <= 0.72 * report["pruning"]["params_before"]
     assert report["distillation"]["precision"] == report["training"]["precision"] == "bf16"
+    # the contract's top-level totals: the distill and the QAT trainings (prune had no epochs)
+    trainings = (report["distillation"], report["training"])
+    assert report["training_seconds"] == pytest.approx(sum(t["seconds"] for t in trainings), abs=0.02)
+    assert report["training_peak_rss_bytes"] == max(t["peak_rss_bytes"] for t in trainings)
     rows = {row["format"]: row for row in report["artifacts"]}
     assert set(rows) == {"onnx", "tflite"}
     print({k: round(v["perplexity_increase"], 4) for k, v in rows.items()})

@@ -6,8 +6,9 @@ than one (201 s for 32 steps instead of 7 s; every op waits a scheduler slice fo
 that lost its core), and a 135M model's int4 run 6x slower. One thread per free CPU avoids it.
 
 Free CPUs are measured, not guessed from the load average: the machine's busy time over a
-short window while this process sleeps (the 1-minute load average also counts this process's
-own threads of the last minute, so a run that had used two would then take one).
+short window while this process sleeps, less its own threads' (the 1-minute load average also
+counts this process's own threads of the last minute, so a run that had used two would then
+take one). A step reads it once, at its start.
 """
 from __future__ import annotations
 
@@ -27,8 +28,10 @@ def free_cpus(window: float = WINDOW_S) -> int:
     before = _busy_seconds()
     if before is None:      # no /proc/stat: the load average, this process counted as one
         return max(1, cpus - max(0, round(os.getloadavg()[0]) - 1))
+    own = _own_seconds()
     time.sleep(window)
-    busy = (_busy_seconds() or before) - before
+    # less this process's own threads (torch's pool spinning down, samplers) meanwhile
+    busy = (_busy_seconds() or before) - before - (_own_seconds() - own)
     return max(1, min(cpus, cpus - round(busy / window)))
 
 
@@ -45,6 +48,11 @@ def on_free_cpus() -> Iterator[int]:
         yield threads
     finally:
         torch.set_num_threads(before)
+
+
+def _own_seconds() -> float:
+    times = os.times()
+    return times.user + times.system
 
 
 def _busy_seconds() -> float | None:

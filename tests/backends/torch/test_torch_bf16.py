@@ -43,6 +43,9 @@ def test_pruning_fine_tunes_in_bf16_and_reports_its_training(digits_cnn, tmp_pat
         assert training["precision"] == precision and training["steps"] > 0
         assert training["seconds"] > 0 and training["peak_rss_bytes"] > 0
         assert len(training["by_step"]) == 1
+        assert result.report["training_peak_rss_bytes"] == training["peak_rss_bytes"]
+        assert result.report["training_seconds"] == training["seconds"]
+        assert training["peak_heap_increase_bytes"] > 0
     accuracy = {p: r.report["artifacts"][0]["metric_value"] for p, r in runs.items()}
     assert abs(accuracy["bf16"] - accuracy["fp32"]) <= 0.02, accuracy
     assert runs["bf16"].report["artifacts"][0]["sparsity"] >= 0.45
