@@ -20,9 +20,10 @@ class RunContext:
     quick: bool = False             # --quick: fewer repeats and rounds
     torch_form: str = "pt2"         # --torch-form
 
-    def timing(self, quick_runs: int = 50) -> dict:
-        """Latency rounds and runs per round, fewer with --quick."""
-        return {"rounds": 2 if self.quick else 5, "runs_per_round": quick_runs if self.quick else 100}
+    def timing(self, quick_runs: int = 50, rounds: int = 5, runs: int = 100) -> dict:
+        """Latency rounds and runs per round (a case's own, or 5 of 100), fewer with --quick."""
+        return {"rounds": 2 if self.quick else rounds,
+                "runs_per_round": quick_runs if self.quick else runs}
 
 
 @dataclass(frozen=True)

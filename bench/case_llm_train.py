@@ -240,6 +240,16 @@ def _peak_ratio(rows: dict, ours: str, base: str, key: str = "peak_heap_increase
     return ratio(peak(ours), peak(base))
 
 
+def _bf16_peaks(rows: dict, ours: str, base: str) -> dict:
+    """bf16 / fp32 training peak: the heap increase's ratio, judged; rows recorded before
+    report.json had it (peak_heap_increase_bytes) give the RSS increase's, and say so."""
+    heap = _peak_ratio(rows, ours, base)
+    rss = _peak_ratio(rows, ours, base, "peak_rss_increase_bytes")
+    return {"bf16_peak_ratio": rss if heap is None else heap, "bf16_peak_rss_ratio": rss,
+            "bf16_peak_measure": "RSS (rows before the heap was recorded)" if heap is None
+            and rss is not None else "heap"}
+
+
 def _summary(entry: dict, name: str) -> dict:
     """One model's numbers the targets read."""
     rows = entry.get("rows", {})
@@ -265,9 +275,7 @@ def _summary(entry: dict, name: str) -> dict:
             "decode_ratio": speed,
             "kd_recovery_by_format": recovery or None,
             "kd_recovery": min(recovery.values()) if recovery else None,
-            "bf16_peak_ratio": _peak_ratio(rows, "int4_qat_bf16", "int4_qat"),
-            "bf16_peak_rss_ratio": _peak_ratio(rows, "int4_qat_bf16", "int4_qat",
-                                               "peak_rss_increase_bytes"),
+            **_bf16_peaks(rows, "int4_qat_bf16", "int4_qat"),
             "bf16_ppl_off_by_format": ppl_off or None,
             "bf16_ppl_off": _worst(ppl_off.values()),
             "exit_codes": {label: row.get("exit_code") for label, row in rows.items()}}
@@ -279,9 +287,7 @@ def _cnn_summary(cnn: dict) -> dict:
     off = {f: round(abs(a["metric_value"] - fp32[f]["metric_value"]), 5) for f, a in bf16.items()
            if a.get("metric_value") is not None
            and (fp32.get(f) or {}).get("metric_value") is not None}
-    return {"bf16_peak_ratio": _peak_ratio(rows, "int8_qat_bf16", "int8_qat"),
-            "bf16_peak_rss_ratio": _peak_ratio(rows, "int8_qat_bf16", "int8_qat",
-                                               "peak_rss_increase_bytes"),
+    return {**_bf16_peaks(rows, "int8_qat_bf16", "int8_qat"),
             "training_recorded": {label: row.get("training") is not None
                                   for label, row in rows.items()},
             "process_peak_rss_ratio": ratio((rows.get("int8_qat_bf16") or {}).get(
@@ -347,8 +353,9 @@ def targets(results: dict) -> dict:
         "llm_train_bf16_peak_rss": target(
             worst.get("bf16_peak_ratio"), GOALS["bf16_peak_ratio"], "<=",
             "int4_qat training peak memory increase (report.json training: heap in use) in "
-            "bf16 / in fp32", f"worst model; {per_model('bf16_peak_ratio')}; training peak RSS "
-            f"increase ratio {per_model('bf16_peak_rss_ratio')}"),
+            "bf16 / in fp32", f"worst model; {per_model('bf16_peak_ratio')}, measured by "
+            f"{per_model('bf16_peak_measure')}; training peak RSS increase ratio "
+            f"{per_model('bf16_peak_rss_ratio')}"),
         "llm_train_bf16_ppl": target(
             worst.get("bf16_ppl_off"), GOALS["bf16_ppl_off"], "<=",
             "abs(int4_qat perplexity trained in bf16 - in fp32) / fp32's",
@@ -356,7 +363,8 @@ def targets(results: dict) -> dict:
         "llm_train_cnn_bf16_peak_rss": target(
             cnn.get("bf16_peak_ratio"), GOALS["cnn_bf16_peak_ratio"], "<=",
             "PyTorch CNN int8_qat training peak memory increase (report.json training: heap in "
-            "use) in bf16 / in fp32", f"conv32 CNN (.pt2); training peak RSS increase ratio "
+            "use) in bf16 / in fp32", f"conv32 CNN (.pt2), measured by "
+            f"{cnn.get('bf16_peak_measure')}; training peak RSS increase ratio "
             f"{cnn.get('bf16_peak_rss_ratio')}; whole-process peak RSS ratio "
             f"{cnn.get('process_peak_rss_ratio')} (not the training's)"),
         "llm_train_cnn_bf16_accuracy": target(
@@ -449,7 +457,7 @@ def section(train: dict, results: dict) -> list[str]:
     models = train.get("models") or {}
     lines += table(["model", "int4_qat inc / int4 inc", "abs(int4_qat bytes / int4 - 1)",
                     "params pruned / original", "pruned int4 decode / int4",
-                    "KD recovery", "bf16 / fp32 training peak heap increase",
+                    "KD recovery", "bf16 / fp32 training peak (heap; RSS in rows before it)",
                     "bf16 / fp32 training peak RSS increase", "abs(bf16 ppl - fp32) / fp32"],
                    [[name, s.get("qat_vs_int4"), s.get("qat_bytes_off"), s.get("params_ratio"),
                      s.get("decode_ratio"), s.get("kd_recovery"), s.get("bf16_peak_ratio"),

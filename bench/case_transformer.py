@@ -229,7 +229,7 @@ def section(transformer: dict, results: dict) -> list[str]:
 
 
 def _run(ctx: RunContext) -> dict:
-    return run(ctx.log, **ctx.timing(quick_runs=30))
+    return run(ctx.log, **ctx.timing(quick_runs=30, rounds=ROUNDS, runs=RUNS_PER_ROUND))
 
 
 CASE = Case(name="transformer", run=_run, targets=targets, why_missed=why_missed, section=section)

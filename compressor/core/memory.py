@@ -277,6 +277,11 @@ class TrainingMeter:
     def elapsed(self) -> float:
         return time.perf_counter() - self._started
 
+    def mark(self) -> None:
+        """A sample now, from the loop: after a step's forward, when its activations are all
+        alive (the sampler's spaced samples can miss a short run's peaks)."""
+        self.sampler.sample()
+
     def facts(self) -> dict:
         """seconds; the loop's peak RSS (process and children) and its increase over the RSS
         before the loop; the increase of the heap in use (what training itself held at its

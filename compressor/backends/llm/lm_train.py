@@ -162,6 +162,7 @@ def train_windows(windows: np.ndarray, config: Any, student: Any,
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, steps, config) * group["scale"]
             loss = loss_of(ids) * (len(ids) / len(chosen))   # this rank's share
+            meter.mark()
             loss.backward()
             loss = float(loss.detach())
             if size > 1:

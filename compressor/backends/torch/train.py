@@ -130,6 +130,7 @@ def fine_tune(model: torch.nn.Module, config: TrainingConfig, ctx: Context, desc
                         outputs = setup.model(*batch[:len(inputs)])
                         loss = setup.loss(selected_output(outputs, ctx.output_index),
                                           *batch[len(inputs):])
+                    meter.mark()
                     loss.float().backward()
                     setup.optimizer.step()
                     losses.append(loss.detach())
