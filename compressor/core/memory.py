@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import gc
 import mmap
 import os
@@ -200,7 +201,8 @@ def _in_private_file_mapping(start: int, stop: int) -> bool:
     return False
 
 
-def _libc():
+@functools.lru_cache(maxsize=1)
+def _libc():   # opened once: the training sampler reads mallinfo2 every few milliseconds
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -210,30 +212,33 @@ def _libc():
 
 
 def heap_in_use() -> int | None:
-    """Bytes this process's malloc has handed out and not freed (glibc mallinfo2: chunks in use
-    in every arena plus mmapped ones), the CPU counterpart of torch.cuda.memory_allocated;
-    None off glibc. RSS also holds what was freed but not returned (glibc keeps up to its
-    dynamic trim threshold, 64 MB, and the holes between live chunks)."""
-    libc = _libc()
-    info = getattr(libc, "mallinfo2", None) if libc is not None else None
-    if info is None:
+    """Bytes malloc has handed out and not freed (mallinfo2: in use in every arena + mmapped),
+    the CPU counterpart of torch.cuda.memory_allocated; None off glibc. RSS also holds what was
+    freed but kept (up to glibc's dynamic trim threshold, 64 MB, and holes between chunks)."""
+    if (info := _mallinfo2()) is None:
         return None
-    info.restype = _MallInfo2
     got = info()
     return int(got.uordblks + got.hblkhd)
 
 
+@functools.lru_cache(maxsize=1)
+def _mallinfo2():
+    """glibc's mallinfo2, its result type set once; None without it (glibc < 2.33, not Linux)."""
+    info = getattr(_libc(), "mallinfo2", None)
+    if info is not None:
+        info.restype = _MallInfo2
+    return info
+
+
 class _MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in (
-        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
-        "fordblks", "keepcost")]
+    _fields_ = [(name, ctypes.c_size_t) for name in "arena ordblks smblks hblks hblkhd usmblks "
+                "fsmblks uordblks fordblks keepcost".split()]
 
 
 class _TrainingSampler(TreeRssSampler):
-    """The tree's RSS and this process's heap in use, each one's peak. mallinfo2 walks every
-    free chunk holding the arena's lock, which the training's mallocs then wait for (1.2 ms a
-    call on the bench Llama's heap, 10% of its QAT at 10 ms intervals): samples are spaced to
-    at least HEAP_SPACING x the last call's time."""
+    """The tree's RSS and this process's heap in use, each one's peak. mallinfo2 walks the free
+    chunks holding the arena's lock, which training's mallocs wait for (1.2 ms a call on the
+    bench Llama's heap, 10% of its QAT at 10 ms): samples are HEAP_SPACING x a call apart."""
 
     HEAP_SPACING = 20
 
