@@ -142,7 +142,9 @@ def test_each_run_samples_anew_right_after_the_last_one_stopped():
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc mallinfo2")
 def test_the_training_meter_counts_the_heap_a_loop_held_at_its_peak():
     """80 MB allocated and freed three times inside: the heap's peak increase is that block
-    (not the three, not the RSS malloc may keep after the frees), and back to ~0 after."""
+    (not the three, not the RSS malloc may keep after the frees), and back to ~0 after. The
+    RSS increase is not asserted: in a long process the block can land on pages malloc kept
+    resident from earlier frees (the full suite read 13 MB for it)."""
     import time
 
     from compressor.core import memory
@@ -154,5 +156,5 @@ def test_the_training_meter_counts_the_heap_a_loop_held_at_its_peak():
             del block
     facts = meter.facts()
     assert 78 * 2**20 <= facts["peak_heap_increase_bytes"] <= 90 * 2**20, facts
-    assert facts["peak_rss_increase_bytes"] >= 78 * 2**20, facts
+    assert facts["peak_rss_bytes"] >= meter.before, facts
     assert memory.heap_in_use() - meter.heap_before < 8 * 2**20
