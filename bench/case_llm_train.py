@@ -245,9 +245,11 @@ def _bf16_peaks(rows: dict, ours: str, base: str) -> dict:
     report.json had it (peak_heap_increase_bytes) give the RSS increase's, and say so."""
     heap = _peak_ratio(rows, ours, base)
     rss = _peak_ratio(rows, ours, base, "peak_rss_increase_bytes")
-    return {"bf16_peak_ratio": rss if heap is None else heap, "bf16_peak_rss_ratio": rss,
-            "bf16_peak_measure": "RSS (rows before the heap was recorded)" if heap is None
-            and rss is not None else "heap"}
+    if heap is not None:
+        judged, measure = heap, "heap"
+    else:
+        judged, measure = rss, "RSS (rows before the heap was recorded)" if rss is not None else None
+    return {"bf16_peak_ratio": judged, "bf16_peak_rss_ratio": rss, "bf16_peak_measure": measure}
 
 
 def _summary(entry: dict, name: str) -> dict:
