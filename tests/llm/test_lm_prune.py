@@ -88,8 +88,9 @@ def _perplexity(loaded, ctx) -> float:
 
 @pytest.mark.slow
 def test_distillation_recovers_part_of_what_pruning_lost(trained_lm_dir, tmp_path):
-    """The tests' trained Llama, 32 windows of 256 tokens: pruned alone loses far more than
-    pruned + distilled (measured on 8 held-out windows: 47.3 -> 65.8 -> 49.9)."""
+    """The tests' trained Llama, 32 windows of 256 tokens (2 judge the epochs: 3 batches of 8
+    an epoch): pruned alone loses far more than pruned + distilled (measured on 8 held-out
+    windows: 47.3 -> 88.7 -> 57.8)."""
     loaded = load_lm(trained_lm_dir)
     ctx = _context(loaded, tmp_path, calibration=32, window=256)
     original = _perplexity(loaded, ctx)
@@ -101,7 +102,8 @@ def test_distillation_recovers_part_of_what_pruning_lost(trained_lm_dir, tmp_pat
     assert original < kept < lost
     assert (kept - original) < 0.5 * (lost - original)
     facts = ctx.record.notes["distillation"]
-    assert facts["loss_last"] < facts["loss_first"] and facts["steps"] == 16
+    assert facts["loss_last"] < facts["loss_first"] and facts["steps"] == 12
+    assert facts["val_windows"] == 2 and ctx.record.histories[-1].metric == "neg_val_loss"
 
 
 @pytest.mark.slow

@@ -114,13 +114,15 @@ def test_trained_integers_are_what_the_gguf_stores(precision, random_lm_dir, tmp
     windows = TextData(calibration_windows=8, window=64).windows(loaded.tokenizer)[0]
     scheme = _scheme(precision=precision)
     start = quantize_lm(loaded, START, None)
-    trained, facts = train(loaded, start, windows, scheme, Progress(quiet=True))
+    model, facts = train(loaded, start, windows, scheme, Progress(quiet=True))
     assert facts["precision"] == precision and facts["steps"] == 2 and facts["tokens"] == 512
+    assert facts["val_windows"] == 0      # 8 windows spare none to judge the epochs
+    trained = model.quantized
     assert facts["peak_rss_bytes"] > 0 and facts["seconds"] > 0
     assert facts["peak_heap_increase_bytes"] > 0
     assert any(not torch.equal(trained[n].q, start[n].q) for n in start)
     ctx = Context(data=Data(), progress=Progress(quiet=True), workdir=tmp_path, context=64)
-    state = ModelState(model=loaded.with_quantized(trained), scheme=scheme)
+    state = ModelState(model=model, scheme=scheme)
     path = write_gguf_model(state, scheme, tmp_path / "model.gguf", ctx)
     assert assert_holds(path, trained, loaded.config) == len(start)
 
@@ -156,6 +158,12 @@ def test_int4_qat_ends_closer_to_float_than_int4_in_every_format(trained_lm_dir,
     assert max(increases) - min(increases) <= 0.003
     assert training["loss_last"] < training["loss_first"]
     assert training["precision"] == "fp32" and training["steps"] > 0
+    # each epoch judged on held-back calibration windows, the best kept (keep_best)
+    (history,) = result.report["history"]
+    assert history["step"] == "int4 QAT" and history["metric"] == "neg_val_loss"
+    assert training["val_windows"] > 0 and len(history["epochs"]) == 2
+    best = max(history["epochs"], key=lambda e: e["val_metric"])
+    assert history["best_epoch"] == training["kept_epoch"] == best["epoch"]
 
 
 def test_int4_qat_is_listed_and_planned_like_int4():

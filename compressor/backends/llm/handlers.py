@@ -66,18 +66,19 @@ def _int8(backend: Any, state: ModelState, scheme: Int8WeightOnly, ctx: Context)
 @apply_handler(Int4Qat, KIND)
 def _int4_qat(backend: Any, state: ModelState, scheme: Int4Qat, ctx: Context) -> ModelState:
     """int4's integers, then fine-tuned with fake quantization (backends/llm/qat.py)."""
+    from compressor.backends.fine_tuning import start_history
     from compressor.backends.llm.qat import train
 
     windows = ctx.data.train[0]
     started = _quantized(state, weight_only_plan(scheme, state.model), ctx,
                          windows[:START_WINDOWS])
     trained, facts = train(state.model, started.model.quantized, windows, scheme, ctx.progress,
-                           ctx.formats)
+                           ctx.formats, start_history(ctx, "int4 QAT"))
     ctx.progress.info(f"int4 QAT: {facts['steps']} steps in {facts['seconds']:.0f} s "
                       f"({facts['tokens_per_s']:,.0f} tokens/s, {facts['precision']}), loss "
                       f"{facts['loss_first']:.4f} -> {facts['loss_last']:.4f}")
     ctx.record.add_note("training", facts)
-    return state.replace(model=state.model.with_quantized(trained))
+    return state.replace(model=trained)
 
 
 def _quantized(state: ModelState, plan: Any, ctx: Context, calibration: Any = None

@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from compressor.backends.fine_tuning import start_history
 from compressor.backends.llm.model import LoadedLm
 from compressor.errors import ModelLoadError, RecipeError
 
@@ -76,7 +77,8 @@ def prune(state: Any, config: Any, ctx: Any) -> Any:
                                                      "scale": 1.0}])
         facts["training"] = lm_train.train_windows(
             windows, config, student, lambda ids: lm_train.next_token_loss(student, ids, bf16),
-            optimizer, ctx.progress, "fine-tune after pruning")
+            optimizer, ctx.progress, "fine-tune after pruning",
+            start_history(ctx, "fine-tune after pruning"))
         model = student.to(next(loaded.model.parameters()).dtype).eval()
         ctx.progress.info(lm_train.facts_line("fine-tune after pruning", facts["training"]))
     ctx.record.add_note("pruning", facts)
@@ -111,7 +113,7 @@ def distill(state: Any, config: Any, ctx: Any) -> Any:
                                           1.0 - config.alpha, bf16, config.loss)
 
     facts = lm_train.train_windows(windows, config, student, loss_of, optimizer, ctx.progress,
-                                   "distill")
+                                   "distill", start_history(ctx, "distill"))
     ctx.progress.info(lm_train.facts_line("distill", facts))
     ctx.record.add_note("distillation", {**facts, "temperature": config.temperature,
                                          "alpha": config.alpha, "loss": config.loss})

@@ -25,9 +25,10 @@ from typing import Any
 import numpy as np
 import torch
 
+import compressor.backends.llm.lm_epochs as lm_epochs
 import compressor.backends.llm.master_weights as master_weights
 import compressor.backends.torch.ranks as ranks
-from compressor.backends.fine_tuning import lr_at, peak_lr
+from compressor.backends.fine_tuning import TrainingHistory, lr_at, peak_lr
 from compressor.backends.torch.threads import on_free_cpus
 from compressor.core.memory import TrainingMeter
 from compressor.errors import DataError
@@ -139,15 +140,20 @@ def optimizer_for(config: Any, groups: list[dict]) -> torch.optim.Optimizer:
 
 def train_windows(windows: np.ndarray, config: Any, student: Any,
                   loss_of: Callable[[torch.Tensor], torch.Tensor],
-                  optimizer: torch.optim.Optimizer, progress: Any, label: str) -> dict:
+                  optimizer: torch.optim.Optimizer, progress: Any, label: str,
+                  history: TrainingHistory | None = None) -> dict:
     """`config.epochs` passes over `windows` in batches of `config.batch_size`, one optimizer
     step per batch at the schedule's rate (`precision: bf16`: `student` reads its weights as
     bfloat16 from float32 masters meanwhile, master_weights.py), on the CPUs other processes
-    leave free (threads.py); the training facts for report.json."""
+    leave free (threads.py); each epoch judged on held-back windows, the best kept
+    (lm_epochs.py: keep_best, early_stop; recorded in `history`); the training facts for
+    report.json."""
+    windows, val = lm_epochs.held_back(windows, config)
     batch = min(config.batch_size, len(windows))
     per_epoch = len(windows) // batch
     steps = max(1, config.epochs * per_epoch)
     rank, size = _ranks(optimizer, batch, progress)
+    judge = lm_epochs.EpochJudge(val, batch, loss_of, _parameters(optimizer), config, history)
     order = np.random.default_rng(0)
     losses, tokens = [], 0
     with TrainingMeter(SAMPLE_S) as meter, on_free_cpus() as threads, \
@@ -173,7 +179,13 @@ def train_windows(windows: np.ndarray, config: Any, student: Any,
             losses.append(loss)
             tokens += chosen.size
             advance(1, f"loss {np.mean(losses[-10:]):.4f}, {tokens / meter.elapsed():,.0f} tokens/s")
-    return {"steps": steps, "batch_windows": batch, "tokens": tokens, "ranks": size,
+            if (step + 1) % per_epoch == 0 and judge.end_epoch(
+                    (step + 1) // per_epoch, float(np.mean(losses[-per_epoch:])),
+                    lr_at(step, steps, config)):
+                break
+        judge.restore_best()
+    return {"steps": len(losses), "batch_windows": batch, "tokens": tokens, "ranks": size,
+            "val_windows": len(val), "kept_epoch": judge.history.best_epoch,
             "threads": threads,
             **meter.facts(), "tokens_per_s": round(tokens / meter.seconds, 1),
             "precision": config.precision, "lr": peak_lr(config),

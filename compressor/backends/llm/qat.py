@@ -6,9 +6,10 @@ grid (fake_quant.py), the original model as teacher: the loss is KL(teacher || s
 the next-token distributions at `temperature` (plus `hard_weight` x the next-token
 cross-entropy), the teacher's logits computed batch by batch, never held for the corpus. The
 training windows are the recipe's calibration text (the same windows the starting integers
-were chosen on; the held-out windows validate). Norms and biases train too (they are stored in
-float). At the end the trained integers are read from the same computation as the forward, so
-the artifacts store what was trained, rounded nowhere else. When an exported format rounds the
+were chosen on, less the 1 in 16 that judge each epoch, lm_epochs.py: the best epoch is kept;
+the held-out windows validate). Norms and biases train too and are exported with the integers
+(they are stored in float). At the end the trained integers are read from the same computation
+as the forward, so the artifacts store what was trained, rounded nowhere else. When an exported format rounds the
 matrices' inputs at run time (a .tflite: int8 per token), the student's inputs are rounded so
 in training too, straight through (dynamic_int8.py).
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -31,7 +33,8 @@ import torch
 import compressor.backends.llm.fake_quant as fake_quant
 import compressor.backends.llm.lm_train as lm_train
 from compressor.backends.llm.candidates import input_rounding
-from compressor.backends.llm.model import QuantizedLinear
+from compressor.backends.fine_tuning import TrainingHistory
+from compressor.backends.llm.model import LoadedLm, QuantizedLinear
 
 # the group scales' share of the rate. At 1/100 (lr 5e-4: 5e-6 a step) SmolLM2-135M's scales
 # (median 0.053) moved 0.01% a step, frozen in effect; 1/10 measured closer on all three models
@@ -41,12 +44,15 @@ from compressor.backends.llm.model import QuantizedLinear
 SCALE_LR_FRACTION = 0.1
 
 
-def train(loaded: Any, start: dict[str, QuantizedLinear], windows: np.ndarray, scheme: Any,
-          progress: Any, formats: tuple[str, ...] = ()) -> tuple[dict[str, QuantizedLinear], dict]:
-    """(the trained integers by parameter name, the training facts for report.json)."""
+def train(loaded: LoadedLm, start: dict[str, QuantizedLinear], windows: np.ndarray,
+          scheme: Any, progress: Any, formats: tuple[str, ...] = (),
+          history: TrainingHistory | None = None) -> tuple[LoadedLm, dict]:
+    """(the trained model: its trained integers in `quantized`, its norms and biases trained
+    with them; the training facts for report.json). `history` records the epochs."""
     config = scheme.training
     lm_train.check_windows(windows, "int4 QAT")
     bf16 = config.precision == "bf16"
+    dtype = next(loaded.model.parameters()).dtype
     student = copy.deepcopy(loaded.model).to(torch.float32).train()
     teacher = lm_train.frozen_teacher(loaded.model, bf16)
     rounding, rounded_as = _input_rounding(student, start, formats)
@@ -59,9 +65,13 @@ def train(loaded: Any, start: dict[str, QuantizedLinear], windows: np.ndarray, s
 
     with rounding:
         facts = lm_train.train_windows(windows, config, student, loss_of, optimizer, progress,
-                                       "int4 QAT")
+                                       "int4 QAT", history)
     trained = fake_quant.detach(student, attached)
-    return trained, {**facts, "inputs_rounded_as": rounded_as}
+    # the student's float matrices are the latent ones, which no artifact reads (`quantized`
+    # overrides them); its norms were trained with the integers and are exported with them
+    model = student.to(dtype).eval()
+    return dataclasses.replace(loaded, model=model, quantized=trained, owned=False), \
+        {**facts, "inputs_rounded_as": rounded_as}
 
 
 def _input_rounding(student: Any, start: dict[str, QuantizedLinear], formats: tuple[str, ...]
