@@ -111,8 +111,11 @@ def fine_tune(model: torch.nn.Module, config: TrainingConfig, ctx: Context, desc
         setup = features.attach(setup)
     total = len(setup.loader) * config.epochs
     bf16 = _bf16(config)
+    # the val split is scored in training-sized batches: the bench's 64 32x32 images at once
+    # (float32, QAT's graph) were a bf16 training's heap peak, above any of its steps
     judge = EpochJudge(model, ctx, config, start_history(ctx, description), set_mode,
-                       Outputs(ctx.output_index).of, parallel=setup.sampler is not None)
+                       Outputs(ctx.output_index, config.batch_size).of,
+                       parallel=setup.sampler is not None)
     step = 0
     with TrainingMeter() as meter, on_free_cpus(), ctx.progress.task(description, total) as advance:
         for epoch in range(config.epochs):
@@ -214,12 +217,13 @@ class Outputs:
     """Runs a model on lists of input tensors and reads the output losses train on."""
 
     index: int = 0
+    batch: int = 256
 
     def of(self, model: torch.nn.Module, inputs: list[torch.Tensor]) -> torch.Tensor:
         """The selected output for every row, in batches, without gradients."""
         with torch.no_grad():
             return torch.cat([selected_output(model(*batch), self.index).detach()
-                              for batch in zip(*(t.split(256) for t in inputs))])
+                              for batch in zip(*(t.split(self.batch) for t in inputs))])
 
     def probe(self, model: torch.nn.Module, inputs: list[torch.Tensor]) -> torch.Tensor:
         with torch.no_grad():
