@@ -67,6 +67,7 @@ def _int8(backend: Any, state: ModelState, scheme: Int8WeightOnly, ctx: Context)
 def _int4_qat(backend: Any, state: ModelState, scheme: Int4Qat, ctx: Context) -> ModelState:
     """int4's integers, then fine-tuned with fake quantization (backends/llm/qat.py)."""
     from compressor.backends.fine_tuning import start_history
+    from compressor.backends.llm.lm_train import facts_line
     from compressor.backends.llm.qat import train
 
     windows = ctx.data.train[0]
@@ -74,9 +75,7 @@ def _int4_qat(backend: Any, state: ModelState, scheme: Int4Qat, ctx: Context) ->
                          windows[:START_WINDOWS])
     trained, facts = train(state.model, started.model.quantized, windows, scheme, ctx.progress,
                            ctx.formats, start_history(ctx, "int4 QAT"))
-    ctx.progress.info(f"int4 QAT: {facts['steps']} steps in {facts['seconds']:.0f} s "
-                      f"({facts['tokens_per_s']:,.0f} tokens/s, {facts['precision']}), loss "
-                      f"{facts['loss_first']:.4f} -> {facts['loss_last']:.4f}")
+    ctx.progress.info(facts_line("int4 QAT", facts))
     ctx.record.add_note("training", facts)
     return state.replace(model=trained)
 

@@ -9,9 +9,9 @@ training windows are the recipe's calibration text (the same windows the startin
 were chosen on, less the 1 in 16 that judge each epoch, lm_epochs.py: the best epoch is kept;
 the held-out windows validate). Norms and biases train too and are exported with the integers
 (they are stored in float). At the end the trained integers are read from the same computation
-as the forward, so the artifacts store what was trained, rounded nowhere else. When an exported format rounds the
-matrices' inputs at run time (a .tflite: int8 per token), the student's inputs are rounded so
-in training too, straight through (dynamic_int8.py).
+as the forward, so the artifacts store what was trained, rounded nowhere else. When an exported
+format rounds the matrices' inputs at run time (a .tflite: int8 per token), the student's
+inputs are rounded so in training too, straight through (dynamic_int8.py).
 
 `precision: bf16`: the forward and backward in bfloat16 (master_weights.py: every weight read
 as bfloat16, fake-quantized ones straight from FakeQuant), the teacher held in bfloat16; the
