@@ -91,6 +91,11 @@ class TrainingHistory:
             return None
         return self.epochs[self.best_epoch - 1].val_metric
 
+    @property
+    def best_is_earlier(self) -> bool:
+        """An epoch before the last measured best: keep_best puts its weights back."""
+        return self.best_epoch is not None and self.best_epoch != self.epochs[-1].epoch
+
     def should_stop(self, patience: int | None) -> bool:
         """Early stop: `patience` epochs since the best one (never before a best exists)."""
         if patience is None or self.best_epoch is None:

@@ -77,7 +77,7 @@ def epoch_end_callback(history: TrainingHistory, config: TrainingConfig, steps_p
 
         def restore_best(self) -> None:
             """Put back the best epoch's weights, unless the last epoch is the best."""
-            if self.best_weights is not None and history.best_epoch != history.epochs[-1].epoch:
+            if self.best_weights is not None and history.best_is_earlier:
                 self.model.set_weights(self.best_weights)
 
     return EpochEnd()

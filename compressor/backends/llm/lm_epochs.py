@@ -43,27 +43,39 @@ class EpochJudge:
         self.config = config
         self.history = history if history is not None else TrainingHistory(step="")
         self.history.metric = METRIC if len(val) else None
-        self._folder = tempfile.TemporaryDirectory(prefix="compressor-best-")
-        self._best = Path(self._folder.name) / "best.pt"
+        self._folder: tempfile.TemporaryDirectory | None = None   # made at the first keep
 
     def end_epoch(self, epoch: int, loss: float, lr: float) -> bool:
         """Record the epoch (1-based); True when training should stop early."""
         score = -self._val_loss() if len(self.val) else None
         if self.history.record(EpochRecord(epoch=epoch, loss=loss, lr=lr, val_metric=score)) \
                 and self.config.keep_best:
+            self._folder = self._folder or tempfile.TemporaryDirectory(prefix="compressor-best-")
             torch.save([w.detach() for w in self.weights], self._best)
         return self.history.should_stop(self.config.early_stop)
 
+    @property
+    def kept_epoch(self) -> int | None:
+        """The epoch whose weights training ends with (None when no epoch was judged)."""
+        if self.history.best_epoch is None or self._folder is not None:
+            return self.history.best_epoch
+        return self.history.epochs[-1].epoch      # judged, but keep_best is off
+
     def restore_best(self) -> None:
         """The best epoch's weights, unless the last epoch is the best (or none was judged)."""
+        if self._folder is None:
+            return
         try:
-            last = self.history.epochs[-1].epoch if self.history.epochs else None
-            if self._best.exists() and self.history.best_epoch != last:
+            if self.history.best_is_earlier:
                 with torch.no_grad():
                     for weight, kept in zip(self.weights, torch.load(self._best)):
                         weight.copy_(kept)
         finally:
             self._folder.cleanup()
+
+    @property
+    def _best(self) -> Path:
+        return Path(self._folder.name) / "best.pt"
 
     @torch.no_grad()
     def _val_loss(self) -> float:

@@ -13,7 +13,6 @@ training facts (lm_train.py, the loop int4 QAT runs too).
 """
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from compressor.backends.fine_tuning import start_history
@@ -79,7 +78,7 @@ def prune(state: Any, config: Any, ctx: Any) -> Any:
             windows, config, student, lambda ids: lm_train.next_token_loss(student, ids, bf16),
             optimizer, ctx.progress, "fine-tune after pruning",
             start_history(ctx, "fine-tune after pruning"))
-        model = student.to(next(loaded.model.parameters()).dtype).eval()
+        model = lm_train.in_dtype_of(student, loaded.model)
         ctx.progress.info(lm_train.facts_line("fine-tune after pruning", facts["training"]))
     ctx.record.add_note("pruning", facts)
     return state.replace(model=LoadedLm(model=model, tokenizer=loaded.tokenizer, source=None,
@@ -102,8 +101,7 @@ def distill(state: Any, config: Any, ctx: Any) -> Any:
     windows = ctx.data.train[0]
     lm_train.check_windows(windows, "distillation")
     bf16 = config.precision == "bf16"
-    dtype = next(loaded.model.parameters()).dtype
-    student = copy.deepcopy(loaded.model).to(torch.float32).train()
+    student = lm_train.float32_student(loaded.model)
     teacher = lm_train.frozen_teacher(ctx.teacher.model, bf16)
     optimizer = lm_train.optimizer_for(config, [{"params": list(student.parameters()),
                                                  "scale": 1.0}])
@@ -117,7 +115,8 @@ def distill(state: Any, config: Any, ctx: Any) -> Any:
     ctx.progress.info(lm_train.facts_line("distill", facts))
     ctx.record.add_note("distillation", {**facts, "temperature": config.temperature,
                                          "alpha": config.alpha, "loss": config.loss})
-    return state.replace(model=LoadedLm(model=student.to(dtype).eval(), tokenizer=loaded.tokenizer,
+    return state.replace(model=LoadedLm(model=lm_train.in_dtype_of(student, loaded.model),
+                                        tokenizer=loaded.tokenizer,
                                         source=None, notes=loaded.notes))
 
 

@@ -42,6 +42,16 @@ MIN_WINDOWS = 8
 CHUNK_BYTES = 2**20
 
 
+def float32_student(model: Any) -> Any:
+    """A float32 copy of `model` in train mode: what every LM training step trains."""
+    return copy.deepcopy(model).to(torch.float32).train()
+
+
+def in_dtype_of(student: Any, original: Any) -> Any:
+    """The trained `student` in eval mode, in the dtype `original` was loaded in."""
+    return student.to(next(original.parameters()).dtype).eval()
+
+
 def check_windows(windows: np.ndarray, what: str) -> None:
     """DataError before any work when the text gave too few windows to train on."""
     if len(windows) < MIN_WINDOWS:
@@ -185,7 +195,7 @@ def train_windows(windows: np.ndarray, config: Any, student: Any,
                 break
         judge.restore_best()
     return {"steps": len(losses), "batch_windows": batch, "tokens": tokens, "ranks": size,
-            "val_windows": len(val), "kept_epoch": judge.history.best_epoch,
+            "val_windows": len(val), "kept_epoch": judge.kept_epoch,
             "threads": threads,
             **meter.facts(), "tokens_per_s": round(tokens / meter.seconds, 1),
             "precision": config.precision, "lr": peak_lr(config),

@@ -23,7 +23,6 @@ and the loss are the ones width pruning and distillation use too (lm_train.py).
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 from typing import Any
 
@@ -52,8 +51,7 @@ def train(loaded: LoadedLm, start: dict[str, QuantizedLinear], windows: np.ndarr
     config = scheme.training
     lm_train.check_windows(windows, "int4 QAT")
     bf16 = config.precision == "bf16"
-    dtype = next(loaded.model.parameters()).dtype
-    student = copy.deepcopy(loaded.model).to(torch.float32).train()
+    student = lm_train.float32_student(loaded.model)
     teacher = lm_train.frozen_teacher(loaded.model, bf16)
     rounding, rounded_as = _input_rounding(student, start, formats)
     attached = fake_quant.attach(student, start, scheme.learn_scales)
@@ -69,7 +67,7 @@ def train(loaded: LoadedLm, start: dict[str, QuantizedLinear], windows: np.ndarr
     trained = fake_quant.detach(student, attached)
     # the student's float matrices are the latent ones, which no artifact reads (`quantized`
     # overrides them); its norms were trained with the integers and are exported with them
-    model = student.to(dtype).eval()
+    model = lm_train.in_dtype_of(student, loaded.model)
     return dataclasses.replace(loaded, model=model, quantized=trained, owned=False), \
         {**facts, "inputs_rounded_as": rounded_as}
 

@@ -72,7 +72,7 @@ class EpochJudge:
 
     def restore_best(self) -> None:
         """The best epoch's weights, unless the last epoch is the best (or none was judged)."""
-        if self.best is not None and self.history.best_epoch != self.history.epochs[-1].epoch:
+        if self.best is not None and self.history.best_is_earlier:
             self.model.load_state_dict(self.best)
 
     def _score(self) -> tuple[str, float] | None:
