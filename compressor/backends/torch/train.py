@@ -11,9 +11,7 @@ backends/torch/epochs.py).
 """
 from __future__ import annotations
 
-import contextlib
-import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -26,6 +24,7 @@ from compressor.backends.torch.epochs import EpochJudge, freeze_batch_norm, opti
 from compressor.backends.torch.feature_distill import feature_distillation
 from compressor.backends.torch.io import as_tensors, selected_output
 from compressor.backends.torch.ranks import data_parallel
+from compressor.backends.torch.step_memory import bf16_observers, compact_saved_tensors
 from compressor.backends.training_data import training_inputs
 from compressor.backends.torch.threads import on_free_cpus
 from compressor.core.memory import TrainingMeter
@@ -111,13 +110,14 @@ def fine_tune(model: torch.nn.Module, config: TrainingConfig, ctx: Context, desc
         setup = features.attach(setup)
     total = len(setup.loader) * config.epochs
     bf16 = _bf16(config)
-    # the val split is scored in training-sized batches: the bench's 64 32x32 images at once
-    # (float32, QAT's graph) were a bf16 training's heap peak, above any of its steps
+    # the val split is scored in training-sized batches and, under bf16, in bf16: 64 32x32
+    # images at once in float32 (QAT's graph) were the bench CNN's bf16 heap peak
     judge = EpochJudge(model, ctx, config, start_history(ctx, description), set_mode,
-                       Outputs(ctx.output_index, config.batch_size).of,
+                       _scored_in_precision(Outputs(ctx.output_index, config.batch_size).of, bf16),
                        parallel=setup.sampler is not None)
     step = 0
-    with TrainingMeter() as meter, on_free_cpus(), ctx.progress.task(description, total) as advance:
+    with (TrainingMeter() as meter, on_free_cpus(), compact_saved_tensors(),
+          ctx.progress.task(description, total) as advance):
         for epoch in range(config.epochs):
             set_mode(model, training=True)   # the module itself: exported graphs refuse .train()
             if freeze_bn_after is not None and epoch >= freeze_bn_after:
@@ -125,7 +125,7 @@ def fine_tune(model: torch.nn.Module, config: TrainingConfig, ctx: Context, desc
             if setup.sampler is not None:
                 setup.sampler.set_epoch(epoch)
             losses = []
-            with float32_observers(model, bf16):
+            with bf16_observers(model, bf16):
                 for batch in setup.loader:
                     set_lr(setup.optimizer, lr_at(step, total, config))
                     setup.optimizer.zero_grad(set_to_none=True)
@@ -186,30 +186,17 @@ def training_setup(model: torch.nn.Module, inputs: list[torch.Tensor], y: np.nda
 
 def _bf16(config: TrainingConfig) -> bool:
     """precision: bf16: forward and loss under bfloat16 autocast, float32 weights (master
-    copies); QAT's fake-quantize modules in float32 (float32_observers)."""
+    copies); QAT's observers on the bfloat16 activations (step_memory.bf16_observers)."""
     return getattr(config, "precision", "fp32") == "bf16"
 
 
-@contextlib.contextmanager
-def float32_observers(model: torch.nn.Module, enabled: bool) -> Iterator[None]:
-    """Inside (bf16 training batches): every fake-quantize / observer module computes on a
-    float32 copy of its bfloat16 input and hands its output back in bfloat16 (torchao's fused
-    observer takes float32 only); what it saves for backward is a mask, so the activations
-    the graph keeps stay bfloat16. Restored before the epoch is scored and the graph
-    converted."""
-    patched = [m for m in model.modules()
-               if isinstance(getattr(m, "observer_enabled", None), torch.Tensor)] if enabled else []
-    for module in patched:
-        module.forward = functools.partial(_in_float32, type(module).forward.__get__(module))
-    try:
-        yield
-    finally:
-        for module in patched:
-            del module.forward
-
-
-def _in_float32(forward: Callable, x: torch.Tensor) -> torch.Tensor:
-    return forward(x.float()).to(x.dtype)
+def _scored_in_precision(read: Callable, bf16: bool) -> Callable:
+    """`read(model, inputs)` in the precision the model trains in."""
+    def scored(model: torch.nn.Module, inputs: list[torch.Tensor]) -> torch.Tensor:
+        with bf16_observers(model, bf16), torch.autocast("cpu", dtype=torch.bfloat16,
+                                                         enabled=bf16):
+            return read(model, inputs)
+    return scored
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """`precision: bf16` on the PyTorch backend's training steps: pruning and QAT fine-tune under
-bfloat16 autocast (QAT's torchao observers on float32 copies of their inputs) and report.json
+bfloat16 autocast (QAT's torchao observers on the bfloat16 activations) and report.json
 `training` says so, with its steps, seconds and peak RSS; pruning's sparsity survives QAT."""
 from __future__ import annotations
 
