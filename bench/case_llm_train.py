@@ -17,24 +17,22 @@ build/bench/models/llm). Every run is `compress --recipe R HF --data text --out 
   bf16`) vs int4_qat: the training's peak memory (report.json `training`: the heap in use at
   its peak over before, judged; the RSS increase beside it, which also holds what malloc
   kept after frees and moves with the process's history) and the perplexity. The same for a
-  PyTorch CNN QAT: the bench's 32x32x3 conv net (bench/prepare.py, conv32.pt2, labels its own
-  float predictions) through int8_qat and
-  bench/recipes/int8_qat_bf16.yaml (`--data conv32_nchw.npz`): top-1 agreement, and report.json
-  `training` peak memory.
+  PyTorch CNN's QAT is case cnn_bf16 (bench/case_cnn_bf16.py).
 - Every run's whole-command wall time, so each recipe's cost on this machine is on record.
 """
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
 from bench.case import Case, RunContext, case_results, not_measured, target
 from bench.markdown import table
-from bench.measure import compress_cmd, error_line, python_cmd, ratio, run_process
+from bench.compress_runs import (TRAINING_COLUMNS, arts as _arts, bf16_peaks, check_copies,
+                                 compress_row, load, one, only_bf16, timings, training_cells)
+from bench.measure import error_line, python_cmd, ratio, run_process
 from bench.measure import increase_ratio as _vs, worst as _worst
-from bench.sides import ARTIFACTS, BENCH_RECIPES, MODELS, PRODUCED
+from bench.sides import ARTIFACTS, BENCH_RECIPES, MODELS
 
 WORK = ARTIFACTS / "llm_train"
 BUILT = MODELS / "llm"
@@ -56,21 +54,12 @@ RUNS = {
 }
 # the pruned int4 run each model's parameter and speed ratios read
 PRUNED_INT4 = {"small_llama": "prune_kd_int4", "smollm2": "prune_int4_nokd"}
-CNN_NET = "conv32"   # 32x32x3: activations worth measuring (the 8x8 digits net's are KBs)
-CNN_RUNS = {"int8_qat": "int8_qat", "int8_qat_bf16": str(BENCH_RECIPES / "int8_qat_bf16.yaml")}
 # bench recipe -> the built-in it copies: checked against it before the runs (`compress recipes
 # show` of both), since a built-in's defaults may move after the copy was written
-COPIES = {"int4_qat_bf16": "int4_qat", "int8_qat_bf16": "int8_qat",
+COPIES = {"int4_qat_bf16": "int4_qat",
           "lm_prune30_only": "lm_prune30_kd", "lm_prune30_int4_nokd": "lm_prune30_kd_int4"}
-TIMEOUT = 3 * 3600
 GOALS = {"qat_vs_int4": 0.6, "qat_bytes_off": 0.005, "params_ratio": 0.72, "decode_ratio": 1.25,
-         "kd_recovery": 0.5, "bf16_peak_ratio": 0.65, "bf16_ppl_off": 0.01,
-         "cnn_bf16_peak_ratio": 0.65, "cnn_bf16_accuracy_off": 0.005}
-ARTIFACT_KEYS = ("perplexity", "perplexity_increase", "metric_value", "size_bytes", "params",
-                 "decode_tokens_per_s", "prefill_ms", "peak_rss_bytes", "latency_ms_p50")
-TRAINING_KEYS = ("seconds", "tokens_per_s", "peak_rss_bytes", "peak_rss_increase_bytes",
-                 "peak_heap_increase_bytes",
-                 "precision", "steps", "tokens", "batch_windows", "loss_first", "loss_last")
+         "kd_recovery": 0.5, "bf16_peak_ratio": 0.65, "bf16_ppl_off": 0.01}
 
 
 def _build(runs: list, errors: list, name: str) -> dict | None:
@@ -90,84 +79,14 @@ def _build(runs: list, errors: list, name: str) -> dict | None:
     return result
 
 
-def _shown(recipe: str) -> dict:
-    """A recipe as `compress recipes show` resolves it (defaults filled in, `extends` merged)."""
-    import yaml
-
-    proc = run_process(compress_cmd("recipes", "show", recipe), timeout=300)
-    return yaml.safe_load(proc.stdout) if proc.ok else {}
-
-
 def _expected(name: str, original: dict) -> dict:
     """What bench recipe `name` should be: its built-in with only the change it is for."""
-    steps = original.get("steps") or []
-    if name.endswith("_bf16"):
-        steps = [{**step, "precision": "bf16"} for step in steps]
-    elif name == "lm_prune30_only":
-        steps = [step for step in steps if step.get("pass") == "prune"]
+    wanted = only_bf16(name, original)
+    if name == "lm_prune30_only":
+        wanted["steps"] = [step for step in wanted["steps"] if step.get("pass") == "prune"]
     elif name == "lm_prune30_int4_nokd":
-        steps = [step for step in steps if step.get("pass") != "distill"]
-    return {"steps": steps, "validate": original.get("validate"), "target": original.get("target")}
-
-
-def check_copies(errors: list) -> dict:
-    """Each bench recipe against its built-in; an error names the keys that drifted."""
-    checked = {}
-    for name, original in COPIES.items():
-        ours, theirs = _shown(str(BENCH_RECIPES / f"{name}.yaml")), _shown(original)
-        expected = _expected(name, theirs)
-        drift = [key for key in expected if ours.get(key) != expected[key]]
-        checked[name] = {"copies": original, "drift": drift}
-        if drift or not ours or not theirs:
-            errors.append(f"llm_train: bench/recipes/{name}.yaml is no longer {original} with only "
-                          f"its change: {drift or 'recipes show failed'} differ")
-    return checked
-
-
-def _training(facts: dict | None) -> dict | None:
-    return {k: facts.get(k) for k in TRAINING_KEYS} if isinstance(facts, dict) else None
-
-
-def _compress(runs: list, errors: list, what: str, model: str, recipe: str, data: str,
-              out: Path, formats: str | None) -> dict | None:
-    """`compress --recipe RECIPE MODEL --data DATA --out OUT --threads 1 --force [--format F]`
-    (latency on): the row of its report.json this case reads, and what the whole command cost
-    (a gate that failed, exit 3, still wrote a report)."""
-    shutil.rmtree(out, ignore_errors=True)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    load = [round(x, 2) for x in os.getloadavg()]
-    args = ["--recipe", recipe, model, "--data", data, "--out", out, "--threads", "1", "--force"]
-    proc = run_process(compress_cmd(*args, *(("--format", formats) if formats else ())),
-                       timeout=TIMEOUT)
-    runs.append({"what": what, "process": proc.summary()})
-    report = out / "report.json"
-    if proc.returncode not in PRODUCED or not report.exists():
-        errors.append(f"llm_train {what}: compress exited {proc.returncode}"
-                      f"{' (timed out)' if proc.timed_out else ''}: {error_line(proc.stderr_tail)}")
-        return None
-    data_ = json.loads(report.read_text())
-    pruning = data_.get("pruning")
-    distillation = data_.get("distillation")
-    training = data_.get("training") or distillation or (pruning or {}).get("training")
-    return {
-        "recipe": Path(recipe).stem, "formats": formats, "exit_code": proc.returncode,
-        "wall_s": round(proc.wall_s, 1), "cpu_s": round(proc.cpu_s, 1),
-        "process_peak_rss_bytes": int(proc.peak_rss_mb * 2**20),
-        "compress_peak_rss_bytes": data_.get("compress_peak_rss_bytes"),
-        "loadavg_at_start": load, "timings_s": data_.get("timings_s"),
-        "baseline": {k: data_.get("baseline", {}).get(k) for k in ("metric", "value", "params",
-                                                                   "size_bytes")},
-        "params": (pruning or {}).get("params_after") or data_.get("baseline", {}).get("params"),
-        "params_before": (pruning or {}).get("params_before")
-        or data_.get("baseline", {}).get("params"),
-        "pruning": {k: v for k, v in (pruning or {}).items() if k != "training"} or None,
-        "training": _training(training),
-        "training_of": ("quantize" if data_.get("training") else "distill" if distillation
-                        else "prune" if training else None),
-        "failed_formats": data_.get("failed_formats") or None,
-        "artifacts": {art["format"]: {k: art.get(k) for k in ARTIFACT_KEYS}
-                      for art in data_.get("artifacts", [])},
-    }
+        wanted["steps"] = [step for step in wanted["steps"] if step.get("pass") != "distill"]
+    return wanted
 
 
 def _model(runs: list, errors: list, name: str, log) -> dict:
@@ -179,7 +98,7 @@ def _model(runs: list, errors: list, name: str, log) -> dict:
         if name not in models:
             continue
         log(f"llm_train {name}: {label} (compress --recipe {Path(recipe).stem} --format {formats})")
-        row = _compress(runs, errors, f"{name} {label}", built["hf"], recipe, "text",
+        row = compress_row(runs, errors, f"llm_train {name} {label}", built["hf"], recipe, "text",
                         WORK / name / label, formats)
         if row:
             rows[label] = row
@@ -191,65 +110,25 @@ def _model(runs: list, errors: list, name: str, log) -> dict:
                                                 "torch_perplexity", "cached")}, "rows": rows}
 
 
-def _cnn(ctx: RunContext, runs: list, errors: list) -> dict:
-    """The bench's conv32 CNN (.pt2) through int8_qat in float32 and in bfloat16."""
-    entry = (ctx.models.get("torch") or {}).get(CNN_NET)
-    if not entry:
-        errors.append(f"llm_train cnn: no prepared torch {CNN_NET} net (bench/prepare.py)")
-        return {}
-    rows = {}
-    for label, recipe in CNN_RUNS.items():
-        ctx.log(f"llm_train cnn: torch {CNN_NET} {label}")
-        row = _compress(runs, errors, f"cnn {label}", entry["model"], recipe, entry["data"],
-                        WORK / "cnn" / label, None)
-        if row:
-            rows[label] = row
-    return {"net": CNN_NET, "framework": "torch", "model": entry["model"], "rows": rows}
-
-
 def run(ctx: RunContext) -> dict:
     errors, runs = [], []
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
-    copies = check_copies(errors)
+    copies = check_copies("llm_train", COPIES, errors, _expected)
     names = QUICK_MODELS if ctx.quick else tuple(BUILDS)
     models = {}
     for name in names:
         models[name] = _model(runs, errors, name, ctx.log)
         derive({"models": {name: models[name]}})   # for the log line only; judge derives again
         ctx.log(f"llm_train {name}: {json.dumps(models[name].get('summary', {}))}")
-    cnn = _cnn(ctx, runs, errors)
-    return {"models": models, "cnn": cnn, "quick": ctx.quick, "recipe_copies": copies,
+    return {"models": models, "quick": ctx.quick, "recipe_copies": copies,
             "cpu": ctx.results.get("meta", {}).get("cpu"), "runs": runs, "errors": errors}
 
 
 # --- derived numbers -----------------------------------------------------------------------
 
-def _arts(rows: dict, label: str) -> dict:
-    return (rows.get(label) or {}).get("artifacts") or {}
-
-
 def _increases(rows: dict, label: str) -> dict:
     return {f: a.get("perplexity_increase") for f, a in _arts(rows, label).items()}
-
-
-def _peak_ratio(rows: dict, ours: str, base: str, key: str = "peak_heap_increase_bytes"
-                ) -> float | None:
-    def peak(label: str):
-        return ((rows.get(label) or {}).get("training") or {}).get(key)
-    return ratio(peak(ours), peak(base))
-
-
-def _bf16_peaks(rows: dict, ours: str, base: str) -> dict:
-    """bf16 / fp32 training peak: the heap increase's ratio, judged; rows recorded before
-    report.json had it (peak_heap_increase_bytes) give the RSS increase's, and say so."""
-    heap = _peak_ratio(rows, ours, base)
-    rss = _peak_ratio(rows, ours, base, "peak_rss_increase_bytes")
-    if heap is not None:
-        judged, measure = heap, "heap"
-    else:
-        judged, measure = rss, "RSS (rows before the heap was recorded)" if rss is not None else None
-    return {"bf16_peak_ratio": judged, "bf16_peak_rss_ratio": rss, "bf16_peak_measure": measure}
 
 
 def _summary(entry: dict, name: str) -> dict:
@@ -277,25 +156,10 @@ def _summary(entry: dict, name: str) -> dict:
             "decode_ratio": speed,
             "kd_recovery_by_format": recovery or None,
             "kd_recovery": min(recovery.values()) if recovery else None,
-            **_bf16_peaks(rows, "int4_qat_bf16", "int4_qat"),
+            **bf16_peaks(rows, "int4_qat_bf16", "int4_qat"),
             "bf16_ppl_off_by_format": ppl_off or None,
             "bf16_ppl_off": _worst(ppl_off.values()),
             "exit_codes": {label: row.get("exit_code") for label, row in rows.items()}}
-
-
-def _cnn_summary(cnn: dict) -> dict:
-    rows = cnn.get("rows", {})
-    fp32, bf16 = _arts(rows, "int8_qat"), _arts(rows, "int8_qat_bf16")
-    off = {f: round(abs(a["metric_value"] - fp32[f]["metric_value"]), 5) for f, a in bf16.items()
-           if a.get("metric_value") is not None
-           and (fp32.get(f) or {}).get("metric_value") is not None}
-    return {**_bf16_peaks(rows, "int8_qat_bf16", "int8_qat"),
-            "training_recorded": {label: row.get("training") is not None
-                                  for label, row in rows.items()},
-            "process_peak_rss_ratio": ratio((rows.get("int8_qat_bf16") or {}).get(
-                "process_peak_rss_bytes"), (rows.get("int8_qat") or {}).get(
-                "process_peak_rss_bytes")),
-            "bf16_accuracy_off_by_format": off or None, "bf16_accuracy_off": _worst(off.values())}
 
 
 def derive(train: dict) -> None:
@@ -310,8 +174,6 @@ def derive(train: dict) -> None:
     for key in ("decode_ratio", "kd_recovery"):   # higher is better: the lowest is the worst
         values = [s.get(key) for s in summaries.values() if s.get(key) is not None]
         worst[key] = min(values) if values else None
-    if train.get("cnn"):
-        train["cnn"]["summary"] = _cnn_summary(train["cnn"])
     train["worst"] = worst
 
 
@@ -321,7 +183,6 @@ def targets(results: dict) -> dict:
     train = case_results(results, "llm_train")
     worst = train.get("worst", {})
     summaries = {n: e.get("summary", {}) for n, e in (train.get("models") or {}).items()}
-    cnn = (train.get("cnn") or {}).get("summary", {})
 
     def per_model(key: str) -> str:
         return "; ".join(f"{n} {s.get(key)}" for n, s in summaries.items()
@@ -362,32 +223,12 @@ def targets(results: dict) -> dict:
             worst.get("bf16_ppl_off"), GOALS["bf16_ppl_off"], "<=",
             "abs(int4_qat perplexity trained in bf16 - in fp32) / fp32's",
             f"worst model, worse of ONNX / TFLite; {per_model('bf16_ppl_off_by_format')}"),
-        "llm_train_cnn_bf16_peak_rss": target(
-            cnn.get("bf16_peak_ratio"), GOALS["cnn_bf16_peak_ratio"], "<=",
-            "PyTorch CNN int8_qat training peak memory increase (report.json training: heap in "
-            "use) in bf16 / in fp32", f"conv32 CNN (.pt2), measured by "
-            f"{cnn.get('bf16_peak_measure')}; training peak RSS increase ratio "
-            f"{cnn.get('bf16_peak_rss_ratio')}; whole-process peak RSS ratio "
-            f"{cnn.get('process_peak_rss_ratio')} (not the training's)"),
-        "llm_train_cnn_bf16_accuracy": target(
-            cnn.get("bf16_accuracy_off"), GOALS["cnn_bf16_accuracy_off"], "<=",
-            "abs(PyTorch CNN int8_qat artifact accuracy trained in bf16 - in fp32)",
-            f"conv32 CNN, worse of ONNX / TFLite; {cnn.get('bf16_accuracy_off_by_format')}"),
     }
 
 
 def why_missed(name: str, target: dict, results: dict) -> str:
     train = case_results(results, "llm_train")
     models = train.get("models") or {}
-    cnn = train.get("cnn") or {}
-    failed = [e for e in train.get("errors", []) if e.startswith("llm_train cnn")]
-    if name == "llm_train_cnn_bf16_peak_rss" and target["value"] is None and cnn.get("rows"):
-        recorded = (cnn.get("summary") or {}).get("training_recorded")
-        return ("not measured: the PyTorch (classic) route's report.json records no `training` "
-                f"facts (training recorded per run: {recorded}), so it has no training peak RSS"
-                + (f"; {'; '.join(failed)}" if failed else ""))
-    if name == "llm_train_cnn_bf16_accuracy" and target["value"] is None and failed:
-        return f"not measured: {'; '.join(failed)}"
     if target["value"] is None:
         return not_measured(results, "llm_train")
 
@@ -423,11 +264,6 @@ def why_missed(name: str, target: dict, results: dict) -> str:
                 for label in ("int4_qat_bf16", "int4_qat")))
         elif name == "llm_train_bf16_ppl" and "int4_qat_bf16" in rows:
             parts.append(f"{model}: {facts(model, 'int4_qat_bf16')}; {facts(model, 'int4_qat')}")
-    if name.startswith("llm_train_cnn"):
-        parts = [f"{label}: " + ", ".join(f"{f} accuracy {a.get('metric_value')}"
-                                          for f, a in row.get("artifacts", {}).items())
-                 + f", training {row.get('training')}"
-                 for label, row in cnn.get("rows", {}).items()]
     return "; ".join(parts)
 
 
@@ -467,38 +303,13 @@ def section(train: dict, results: dict) -> list[str]:
                     for name, s in ((n, e.get("summary", {})) for n, e in models.items())])
     for name, entry in models.items():
         lines += _model_lines(name, entry)
-    if train.get("cnn"):
-        lines += _cnn_lines(train["cnn"])
     lines += _wall_lines(train)
     return lines
-
-
-def _training_cells(row: dict) -> list:
-    t = row.get("training") or {}
-    return [t.get("precision"), t.get("steps"), t.get("seconds"), _one(t.get("tokens_per_s")),
-            t.get("peak_rss_bytes"), t.get("peak_rss_increase_bytes"),
-            t.get("peak_heap_increase_bytes")]
 
 
 def _percent(value: float | None) -> str | None:
     """A perplexity increase as a signed percentage (3 decimals would hide it)."""
     return None if value is None else f"{value * 100:+.2f}%"
-
-
-def _one(value: float | None) -> float | None:
-    return None if value is None else round(value, 1)
-
-
-def _load(row: dict) -> str | None:
-    """The 1-minute load average when the command started (2 cores, shared: wall time and
-    tokens/s move with it)."""
-    load = row.get("loadavg_at_start")
-    return None if not load else f"{load[0]:.2f}"
-
-
-def _timings(row: dict) -> str | None:
-    timings = row.get("timings_s") or {}
-    return " / ".join(f"{k} {round(v)}" for k, v in timings.items()) or None
 
 
 def _model_lines(name: str, entry: dict) -> list[str]:
@@ -513,38 +324,10 @@ def _model_lines(name: str, entry: dict) -> list[str]:
                      *[_percent((arts.get(f) or {}).get("perplexity_increase"))
                        for f in ("onnx", "tflite")],
                      *[(arts.get(f) or {}).get("size_bytes") for f in ("onnx", "tflite")],
-                     row.get("params"), _one((arts.get("onnx") or {}).get("decode_tokens_per_s")),
-                     *_training_cells(row), row.get("wall_s"), _timings(row),
-                     _load(row)])
+                     row.get("params"), one((arts.get("onnx") or {}).get("decode_tokens_per_s")),
+                     *training_cells(row), row.get("wall_s"), timings(row), load(row)])
     return lines + table(["run", "formats", "exit", "ONNX inc", "TFLite inc", "ONNX bytes",
-                          "TFLite bytes", "params", "ONNX decode tok/s", "training precision",
-                          "steps", "training s", "training tok/s", "training peak RSS B",
-                          "training peak RSS increase B", "training peak heap increase B",
-                          "compress wall s",
-                          "timings_s", "load at start"], body)
-
-
-def _cnn_lines(cnn: dict) -> list[str]:
-    s = cnn.get("summary") or {}
-    lines = [f"### PyTorch CNN QAT: {cnn.get('net')} (.pt2), int8_qat fp32 vs bf16", "",
-             "`compress --recipe int8_qat|bench/recipes/int8_qat_bf16.yaml conv32.pt2 --data "
-             "conv32_nchw.npz --threads 1`; accuracy (top-1 agreement with the float net) of "
-             "each artifact on the val split. Training peak RSS "
-             "is report.json `training`'s where the route records it; process peak RSS is the "
-             f"whole command's (wait4). abs(bf16 - fp32) accuracy: "
-             f"{s.get('bf16_accuracy_off_by_format')}; bf16 / fp32 process peak RSS "
-             f"{s.get('process_peak_rss_ratio')}.", ""]
-    body = []
-    for label, row in cnn.get("rows", {}).items():
-        arts = row.get("artifacts", {})
-        body.append([label, row.get("exit_code"), row.get("baseline", {}).get("value"),
-                     *[(arts.get(f) or {}).get("metric_value") for f in ("onnx", "tflite")],
-                     *_training_cells(row), row.get("process_peak_rss_bytes"), row.get("wall_s"),
-                     _timings(row), _load(row)])
-    return lines + table(["run", "exit", "float accuracy", "ONNX accuracy", "TFLite accuracy",
-                          "training precision", "steps", "training s", "training tok/s",
-                          "training peak RSS B", "training peak RSS increase B",
-                          "training peak heap increase B", "process peak RSS B",
+                          "TFLite bytes", "params", "ONNX decode tok/s", *TRAINING_COLUMNS,
                           "compress wall s", "timings_s", "load at start"], body)
 
 
@@ -557,10 +340,9 @@ def _wall_lines(train: dict) -> list[str]:
             for label in labels]
     return (["Wall time of each whole `compress` command per model (seconds, --threads 1, "
              "latency on; other jobs share the machine's cores, and training under their load "
-             "ran many times slower: see each run's load at start; the CNN's are in its "
-             "table):", ""]
+             "ran many times slower: see each run's load at start):", ""]
             + table(["recipe", "--format", *models], body))
 
 
 CASE = Case(name="llm_train", run=run, targets=targets, why_missed=why_missed, section=section,
-            uses_models=("torch",), derive=derive)
+            derive=derive)

@@ -7,13 +7,14 @@ and the order of their sections in RESULTS.md.
 from __future__ import annotations
 
 from bench.case import Case
-from bench import (case_channels, case_finetune, case_gguf, case_llm, case_llm_train,
-                   case_overhead, case_scaling, case_size, case_speed, case_sweep,
+from bench import (case_channels, case_cnn_bf16, case_finetune, case_gguf, case_llm,
+                   case_llm_train, case_overhead, case_scaling, case_size, case_speed, case_sweep,
                    case_transformer, case_zoo)
 
 CASES = (case_size.CASE, case_speed.CASE, case_overhead.CASE, case_scaling.CASE, case_zoo.CASE,
          case_channels.CASE, case_transformer.CASE, case_sweep.CASE, case_finetune.KD_GAIN,
-         case_finetune.PRETRAINED_DROP, case_llm.CASE, case_gguf.CASE, case_llm_train.CASE)
+         case_finetune.PRETRAINED_DROP, case_llm.CASE, case_gguf.CASE, case_llm_train.CASE,
+         case_cnn_bf16.CASE)
 BY_NAME = {case.name: case for case in CASES}
 NAMES = tuple(BY_NAME)
 
