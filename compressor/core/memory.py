@@ -261,9 +261,7 @@ class TrainingMeter:
     """The wall time and peak memory of a training loop, for report.json `training`:
     `with TrainingMeter() as meter: ...`, then `meter.facts()`."""
 
-    # 2 ms: a small net's backward peak lasts a few ms (at 10 ms the bench CNN's float32 peak
-    # read 41.0-43.6 MB over identical runs); on large heaps _TrainingSampler spaces samples
-    # further apart
+    # 2 ms: a small net's backward peaks last a few ms (large heaps: see _TrainingSampler)
     def __init__(self, interval: float = 0.002):
         self.sampler = _TrainingSampler(interval)
         self.before = self.seconds = 0.0
