@@ -258,10 +258,9 @@ class _TrainingSampler(TreeRssSampler):
 
 
 class TrainingMeter:
-    """The wall time and peak memory of a training loop, for report.json `training`:
-    `with TrainingMeter() as meter: ...`, then `meter.facts()`."""
+    """The wall time and peak memory of a training loop, for report.json `training`: `with
+    TrainingMeter() as meter: ...`, then `meter.facts()`. 2 ms: small nets' peaks are short."""
 
-    # 2 ms: a small net's backward peaks last a few ms (large heaps: see _TrainingSampler)
     def __init__(self, interval: float = 0.002):
         self.sampler = _TrainingSampler(interval)
         self.before = self.seconds = 0.0
