@@ -29,7 +29,7 @@ from pathlib import Path
 from bench.case import Case, RunContext, case_results, not_measured, target
 from bench.markdown import table
 from bench.compress_runs import (TRAINING_COLUMNS, arts as _arts, bf16_peaks, check_copies,
-                                 compress_row, load, one, only_bf16, timings, training_cells)
+                                 compress_row, load, one, as_copied, timings, training_cells)
 from bench.measure import error_line, python_cmd, ratio, run_process
 from bench.measure import increase_ratio as _vs, worst as _worst
 from bench.sides import ARTIFACTS, BENCH_RECIPES, MODELS
@@ -81,7 +81,7 @@ def _build(runs: list, errors: list, name: str) -> dict | None:
 
 def _expected(name: str, original: dict) -> dict:
     """What bench recipe `name` should be: its built-in with only the change it is for."""
-    wanted = only_bf16(name, original)
+    wanted = as_copied(name, original)
     if name == "lm_prune30_only":
         wanted["steps"] = [step for step in wanted["steps"] if step.get("pass") == "prune"]
     elif name == "lm_prune30_int4_nokd":

@@ -70,9 +70,10 @@ def _training(facts: dict | None) -> dict | None:
     return {k: facts.get(k) for k in TRAINING_KEYS} if isinstance(facts, dict) else None
 
 
-def only_bf16(name: str, original: dict) -> dict:
-    """What a `<built-in>_bf16` bench recipe should be: its built-in with `precision: bf16` on
-    every step."""
+def as_copied(name: str, original: dict) -> dict:
+    """What bench recipe `name` should be, from its built-in `original`: the same steps,
+    validation and target, with `precision: bf16` on every step when the name ends in
+    `_bf16`."""
     steps = original.get("steps") or []
     if name.endswith("_bf16"):
         steps = [{**step, "precision": "bf16"} for step in steps]
@@ -80,7 +81,7 @@ def only_bf16(name: str, original: dict) -> dict:
 
 
 def check_copies(case: str, copies: dict[str, str], errors: list,
-                 expected: Callable[[str, dict], dict] = only_bf16) -> dict:
+                 expected: Callable[[str, dict], dict] = as_copied) -> dict:
     """Each bench recipe (bench/recipes/NAME.yaml) against the built-in it copies, both as
     `compress recipes show` resolves them (a built-in's defaults may move after the copy was
     written); an error names the keys that drifted."""

@@ -89,11 +89,17 @@ class EpochJudge:
         return score
 
 
+def fake_quantizers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """QAT's fake-quantize modules (those with an observer_enabled flag), without importing
+    torchao."""
+    return [m for m in model.modules()
+            if isinstance(getattr(m, "observer_enabled", None), torch.Tensor)]
+
+
 @contextmanager
 def observers_paused(model: torch.nn.Module) -> Iterator[None]:
     """Fake-quant observers (QAT) off for an evaluation, then as they were."""
-    flags = [m.observer_enabled for m in model.modules()
-             if isinstance(getattr(m, "observer_enabled", None), torch.Tensor)]
+    flags = [m.observer_enabled for m in fake_quantizers(model)]
     saved = [flag.clone() for flag in flags]
     for flag in flags:
         flag.fill_(0)

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import torch
+
+from compressor.backends.torch.epochs import fake_quantizers
 
 # smaller tensors are not worth a pack and an unpack
 _COMPACT_MIN_ELEMENTS = 4096
@@ -84,12 +86,10 @@ def bf16_observers(model: torch.nn.Module, enabled: bool) -> Iterator[None]:
     bfloat16 activation without a float32 copy where it can (torchao's fused per-tensor
     module: bit-exact, tests/backends/torch/test_step_memory.py), else computes on a float32
     copy and hands its output back in bfloat16. Restored before the graph is converted."""
-    patched = [m for m in model.modules()
-               if isinstance(getattr(m, "observer_enabled", None), torch.Tensor)] if enabled else []
+    patched = fake_quantizers(model) if enabled else []
     for module in patched:
-        bound = type(module).forward.__get__(module)
         route = _fused_in_bf16 if _is_fused_per_tensor(module) else _in_float32
-        module.forward = functools.partial(route, module, bound)
+        module.forward = functools.partial(route, module)
     try:
         yield
     finally:
@@ -103,18 +103,19 @@ def _is_fused_per_tensor(module: torch.nn.Module) -> bool:
     return isinstance(module, FusedMovingAvgObsFakeQuantize) and not module.is_per_channel
 
 
-def _in_float32(module: torch.nn.Module, forward: Callable, x: torch.Tensor) -> torch.Tensor:
-    return forward(x.float()).to(x.dtype)
+def _in_float32(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return type(module).forward(module, x.float()).to(x.dtype)
 
 
-def _fused_in_bf16(module: torch.nn.Module, forward: Callable, x: torch.Tensor) -> torch.Tensor:
+def _fused_in_bf16(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     """The fused op's moving-average update sees only a tensor's min and max: it runs on those
     two values (in float32, as torchao wants), then the activation is fake-quantized in its own
     dtype with the scale and zero point the op just updated."""
+    forward = type(module).forward   # the module's own, not the patch
     if x.dtype == torch.float32:
-        return forward(x)
+        return forward(module, x)
     with torch.no_grad():
-        forward(torch.stack(x.detach().aminmax()).float())
+        forward(module, torch.stack(x.detach().aminmax()).float())
     if not int(module.fake_quant_enabled[0]):
         return x
     limits = module.activation_post_process
