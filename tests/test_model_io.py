@@ -131,3 +131,12 @@ def test_hugging_face_bert_by_module_function(cli, tmp_path):
     tflite_macs, onnx_macs = (row["macs"] for row in sorted(report["artifacts"],
                                                              key=lambda r: r["format"] != "tflite"))
     assert abs(onnx_macs - tflite_macs) <= 0.05 * tflite_macs, (onnx_macs, tflite_macs)
+    # what the int8 ONNX holds beside its weights (export/onnx_compact.py): no value_info,
+    # side parameters as float16, no all-zero weight zero points, the outputs still named
+    import onnx
+
+    proto = onnx.load(str(tmp_path / "int8" / "model.onnx"))
+    graph = proto.graph
+    assert not graph.value_info and [o.name for o in graph.output] == runtime.output_names
+    assert sum(i.data_type == onnx.TensorProto.FLOAT16 for i in graph.initializer) >= 10
+    assert all(len(n.input) == 3 for n in graph.node if n.op_type == "MatMulInteger")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from compressor.errors import BackendUnavailableError, RecipeError, first_line
+from compressor.export.onnx_compact import compact
 from compressor.core.tensor_names import in_layer
 
 
@@ -17,6 +18,7 @@ def save_checked_onnx(proto: Any, path: Path, log: Path) -> Path:
     import onnx
 
     stable_names(proto)
+    compact(proto)
     try:
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as exc:

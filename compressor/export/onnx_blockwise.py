@@ -117,10 +117,12 @@ def write_blockwise(proto: Any, out_path: Path, nodes: Collection[str],
     weight and table still float as int8 behind DequantizeLinear, saved to `out_path`."""
     import onnx
 
+    from compressor.export.onnx_compact import narrow_side_params
     from compressor.export.onnx_weight_only import (WEIGHT_OPS, store_int8_tables,
                                                     store_int8_weights)
 
     proto = blockwise(proto, nodes, block)
     store_int8_weights(proto, set(excluded), WEIGHT_OPS)
     store_int8_tables(proto, set(excluded))
+    narrow_side_params(proto)
     onnx.save(proto, str(out_path))

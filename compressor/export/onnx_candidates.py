@@ -36,10 +36,11 @@ from compressor.export.onnx_dynamic import DynamicSettings, write_dynamic
 from compressor.export.onnx_fidelity import mean_cosine, run_outputs
 
 HELD_OUT_FRACTION = 4     # 1 in 4 calibration batches scores, the rest calibrate smoothing
-TIE = 1e-6                # a score this close to the best: the earlier (listed) candidate wins
+TIE = 1e-6                # a score this close to the best ties it: the smaller file wins
 DEFAULT = DynamicSettings(smooth=True, reduce_range=True, per_channel=True)
 PLAIN = DynamicSettings(smooth=False, reduce_range=False, per_channel=False)
-# Few on purpose: each costs a quantization and a run. Listed in order of preference on ties.
+# Few on purpose: each costs a quantization and a run. Listed in order of preference on ties
+# of score and bytes.
 CANDIDATES = {
     "smooth_7bit_per_channel": DEFAULT,
     "7bit_per_channel": DynamicSettings(smooth=False, reduce_range=True, per_channel=True),
@@ -51,7 +52,8 @@ CANDIDATES = {
 PLAIN_NAME = "onnxruntime_defaults"
 BLOCKWISE = "blockwise_int8"   # every weight MatMul as MatMulNBits (onnx_blockwise.py)
 LATENCY_BOUND = 1.25   # modelled cost / the plain file's (onnx_cost.py): costlier cannot win
-SIZE_BOUND = 1.05      # bytes / the plain dynamic file's: larger candidates cannot win
+SIZE_BOUND = 1.05      # bytes / the plain dynamic file's: larger candidates cannot win,
+SIZE_SLACK = 1024      # beyond these bytes (a few side vectors are 5% of a toy graph's file)
 # onnxruntime's quantizers raise these on graphs they cannot handle (onnx_prepare.quantizing)
 QUANTIZER_ERRORS = (RuntimeError, ValueError, KeyError, TypeError, AssertionError, IndexError)
 
@@ -216,15 +218,17 @@ class Search:
 
 def eligible(entry: dict[str, Any], tried: Sequence[dict[str, Any]]) -> bool:
     """At most LATENCY_BOUND x the plain dynamic file's modelled cost (cost_vs_plain, from the
-    graph: never a timing) and SIZE_BOUND x its bytes; uncosted entries count as cheap enough."""
+    graph: never a timing) and SIZE_BOUND x its bytes + SIZE_SLACK; uncosted entries count as
+    cheap enough."""
     plain = next(e for e in tried if e["name"] == PLAIN_NAME)
     return entry.get("cost_vs_plain", 1.0) <= LATENCY_BOUND and \
-        entry["bytes"] <= SIZE_BOUND * plain["bytes"]
+        entry["bytes"] <= SIZE_BOUND * plain["bytes"] + SIZE_SLACK
 
 
 def pick(tried: Sequence[dict[str, Any]]) -> str:
     """The name of the highest score among the eligible entries (all when none is marked);
-    within TIE of it, the earliest listed."""
+    within TIE of it, the smallest file, then the earliest listed."""
     pool = [e for e in tried if e.get("eligible", True)] or list(tried)
     best = max(entry["score"] for entry in pool)
-    return next(entry["name"] for entry in pool if entry["score"] >= best - TIE)
+    tied = [entry for entry in pool if round(best - entry["score"], 9) <= TIE]
+    return min(tied, key=lambda entry: entry.get("bytes", 0))["name"]

@@ -27,10 +27,12 @@ def write_dynamic(prepared: Path, out_path: Path, excluded: Collection[str],
                   settings: DynamicSettings) -> None:
     """onnxruntime's dynamic int8 of `prepared` (already smoothed when `settings.smooth`), then
     the weights it leaves float as int8 (embedding tables; tf2onnx's LSTM / GRU; kernels shape
-    arithmetic also reads; folded position tables), so no "int8" file keeps float matrices."""
+    arithmetic also reads; folded position tables), so no "int8" file keeps float matrices;
+    the parameters beside them narrower (onnx_compact.narrow_side_params)."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
+    from compressor.export.onnx_compact import narrow_side_params
     from compressor.export.onnx_prepare import quantizing
     from compressor.export.onnx_weight_only import (WEIGHT_OPS, store_int8_tables,
                                                     store_int8_weights)
@@ -41,5 +43,7 @@ def write_dynamic(prepared: Path, out_path: Path, excluded: Collection[str],
         weight_type=QuantType.QInt8, nodes_to_exclude=sorted(excluded),
         extra_options={"MatMulConstBOnly": True}), "dynamic")
     proto = onnx.load(str(out_path))
-    if store_int8_weights(proto, set(excluded), WEIGHT_OPS) + store_int8_tables(proto, set(excluded)):
-        onnx.save(proto, str(out_path))
+    store_int8_weights(proto, set(excluded), WEIGHT_OPS)
+    store_int8_tables(proto, set(excluded))
+    narrow_side_params(proto)
+    onnx.save(proto, str(out_path))

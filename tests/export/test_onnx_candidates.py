@@ -115,17 +115,24 @@ def test_blockwise_int8_is_matmulnbits_and_closer_to_float_than_dynamic(tmp_path
 
 def test_the_closest_to_float_wins_among_the_cheap_and_small_enough():
     """The modelled cost decides, never the timing: "b" timed 3.0x but models 1.2x."""
-    tried = [{"name": PLAIN_NAME, "bytes": 100, "score": 0.96, "cost_vs_plain": 1.0},
-             {"name": "a", "bytes": 100, "score": 0.99, "cost_vs_plain": 1.1},
-             {"name": "slow", "bytes": 100, "score": 0.999, "cost_vs_plain": 2.3,
+    tried = [{"name": PLAIN_NAME, "bytes": 100_000, "score": 0.96, "cost_vs_plain": 1.0},
+             {"name": "a", "bytes": 100_000, "score": 0.99, "cost_vs_plain": 1.1},
+             {"name": "slow", "bytes": 100_000, "score": 0.999, "cost_vs_plain": 2.3,
               "p50_vs_plain": 1.0},
-             {"name": "big", "bytes": 106, "score": 0.998, "cost_vs_plain": 1.0},
-             {"name": "b", "bytes": 104, "score": 0.995, "cost_vs_plain": 1.2,
+             {"name": "big", "bytes": 107_000, "score": 0.998, "cost_vs_plain": 1.0},
+             {"name": "b", "bytes": 104_000, "score": 0.995, "cost_vs_plain": 1.2,
               "p50_vs_plain": 3.0}]
     for entry in tried:
         entry["eligible"] = eligible(entry, tried)
     assert [e["name"] for e in tried if not e["eligible"]] == ["slow", "big"]
     assert pick(tried) == "b"
+    # scores within TIE (their resolution) are equal: the smaller file wins (bench bert2x64:
+    # per-channel 0.999988 at 171 kB vs per-tensor 0.999987 at 168 kB)
+    tied = [{"name": "per_channel", "bytes": 171_057, "score": 0.999988},
+            {"name": PLAIN_NAME, "bytes": 168_342, "score": 0.999987}]
+    assert pick(tied) == PLAIN_NAME
+    tied[0]["score"] = 0.999989
+    assert pick(tied) == "per_channel"
     # matmuls by gain per cost (measured alone), while the costs fit: the big one does not
     gains = {"big": 0.004, "small": 0.002, "tiny": 0.0005, "worse": -0.001}
     costs = {"big": 0.4, "small": 0.1, "tiny": 0.1, "worse": 0.1}
