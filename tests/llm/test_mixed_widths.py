@@ -153,7 +153,7 @@ def test_act_order_gptq_keeps_static_contiguous_groups_and_beats_rounding():
     x = (torch.randn(512, 16) @ torch.randn(16, 64)) * torch.linspace(0.2, 4.0, 64)
     weight = torch.randn(16, 64)
     hessian = x.T @ x
-    ordered = gptq(weight, hessian, 4, 32, symmetric=True, act_order=True)
+    ordered = gptq(weight, hessian, 4, 32, symmetric=True, act_order=True, refit=False)
     for g in range(2):
         cols = slice(32 * g, 32 * (g + 1))
         scale, _ = grid_params(weight[:, cols], 4, True, torch.diag(hessian)[cols])
@@ -165,3 +165,47 @@ def test_act_order_gptq_keeps_static_contiguous_groups_and_beats_rounding():
         return float(((x @ (q.dequantize() - weight).T) ** 2).sum())
 
     assert moved(ordered) < 0.8 * moved(rounded)
+
+
+def test_refitted_scales_move_the_outputs_less_with_the_same_integers():
+    """GPTQ's scales fitted again for the integers it chose (refit.py): the same codes, scales
+    still bfloat16-exact on the symmetric grid, and the outputs on the calibration inputs move
+    less than with the scales GPTQ started each group with, in both column orders."""
+    from compressor.backends.llm.grid import gptq
+
+    torch.manual_seed(0)
+    x = (torch.randn(512, 16) @ torch.randn(16, 64)) * torch.linspace(0.2, 4.0, 64)
+    weight = torch.randn(24, 64)
+    hessian = x.T @ x
+
+    def moved(q):
+        return float(((x @ (q.dequantize() - weight).T) ** 2).sum())
+
+    for act_order in (False, True):
+        plain = gptq(weight, hessian, 4, 32, symmetric=True, act_order=act_order, refit=False)
+        fitted = gptq(weight, hessian, 4, 32, symmetric=True, act_order=act_order)
+        assert torch.equal(plain.packed, fitted.packed) and not torch.equal(plain.scales,
+                                                                            fitted.scales)
+        assert torch.equal(fitted.scales, fitted.scales.to(torch.bfloat16).to(torch.float32))
+        assert moved(fitted) < 0.95 * moved(plain), (act_order, moved(fitted), moved(plain))
+
+
+def test_candidates_the_scoring_windows_cannot_tell_apart_tie_and_the_smaller_wins():
+    """The lowest mean KL wins only where its windows show it: a candidate within TIE_SE
+    paired standard errors of it ties, and among ties the smaller file, then the earlier
+    listed, is kept (the bench's Qwen2: four GPTQ candidates within 3% of KL)."""
+    from compressor.backends.llm.candidates import Variant, winner
+
+    def variant(name, size, windows):
+        made = Variant(name, "gptq", dict, bytes=size)
+        made.kl_windows = np.array(windows)
+        made.kl_by_format = {"onnx": float(np.mean(windows))}
+        return made
+
+    plain = variant("all_int4", 100, [0.0071, 0.0066, 0.0074, 0.0068])
+    mixed = variant("mixed", 114, [0.0066, 0.0069, 0.0067, 0.0070])   # lower by noise only
+    assert winner([plain, mixed]) is plain
+    steady = variant("steady", 114, [0.0066, 0.0061, 0.0069, 0.0063])  # every window 0.0005 lower
+    assert winner([plain, steady]) is steady
+    twin = variant("twin", 100, [0.0070, 0.0067, 0.0073, 0.0069])
+    assert winner([twin, plain]) is twin and winner([plain, twin]) is plain
