@@ -4,8 +4,8 @@ and a MobileNetV2-style net (depthwise convs, inverted residuals). Params and MA
 back from the exported artifacts.
 
 Budget: one trained net per framework and net (module scope), 4 training epochs, and test
-recipes that extend the built-ins with fewer fine-tuning epochs (`channels50`: 5 instead of
-6; `int8_channels50`: 5 + 1 QAT epoch instead of 6 + 2), under the built-ins' gates."""
+recipes that extend the built-ins (`channels50`: its 6 fine-tuning epochs; `int8_channels50`:
+5 + 1 QAT epoch instead of 6 + 2), under the built-ins' gates."""
 from __future__ import annotations
 
 import importlib
@@ -28,11 +28,13 @@ FRAMEWORKS = ("keras", "torch")
 NETS = ("resnet_style", "mobilenet_v2_style")
 FORMAT = {"keras": "tflite", "torch": "onnx"}   # each framework's quick export
 TRAIN_EPOCHS = 4   # 3 leaves the Keras MobileNetV2-style net at ~95% (digits val)
-PRUNE = "  - pass: prune\n    structure: channel\n    sparsity: 0.50\n    epochs: 5\n    lr: 0.003\n"
+PRUNE = "  - pass: prune\n    structure: channel\n    sparsity: 0.50\n    epochs: {}\n    lr: 0.003\n"
 TEST_RECIPES = {   # the built-ins' steps, gates and exports, fewer epochs
-    "channels50": "extends: channels50\nname: channels50_test\nsteps:\n" + PRUNE,
+    # 6 epochs, the built-in's: with 5 an AVX-512 machine left the PyTorch MobileNetV2-style
+    # net 0.0156 under its accuracy (the gate: 0.015), where AVX2 machines met it
+    "channels50": "extends: channels50\nname: channels50_test\nsteps:\n" + PRUNE.format(6),
     "int8_channels50": ("extends: int8_channels50\nname: int8_channels50_test\nsteps:\n"
-                        + PRUNE + "    channel_multiple: 16\n"
+                        + PRUNE.format(5) + "    channel_multiple: 16\n"
                         + "  - pass: quantize\n    mode: qat\n    dtype: int8\n    epochs: 1\n"),
 }
 
@@ -93,9 +95,7 @@ def test_channels50_gives_a_smaller_dense_artifact(setup, recipes, framework, ne
     # Unpruned params as the model holds them (BatchNorm unfolded: ~2% more than its artifact).
     assert art["params"] <= 0.35 * result.report["baseline"]["params"], art["params"]
     assert art["sparsity"] < 0.05                      # dense: channels are gone, not zeroed
-    # 0.015 held on AVX2 machines; an AVX-512 one trains the MobileNetV2-style net to a drop
-    # of 0.0156 (7 of 450 val images)
-    assert art["drop"] <= 0.02 and result.passed, (art["metric_value"], art["drop"])
+    assert art["drop"] <= 0.015 and result.passed, (art["metric_value"], art["drop"])
     assert channels["groups_pruned"] >= 3
     assert [len(e["layers"]) for e in channels["kept_whole"]] == [1]   # only the head
     assert "a model output" in channels["kept_whole"][0]["reason"]
