@@ -10,14 +10,13 @@ exactly too (the int4 recipe's default, handlers.weight_only_plan).
 GPTQ (Frantar et al., 2022) quantizes one input column at a time and spreads each column's
 rounding error over the columns not yet quantized, weighted by the inverse Hessian of the
 layer's inputs (H = X^T X on calibration text), so the layer's outputs, not its weights, stay
-close; its scales are fitted again for the integers it chose (refit.py).
+close.
 """
 from __future__ import annotations
 
 import torch
 
 from compressor.backends.llm.model import QuantizedLinear, pack_codes
-from compressor.backends.llm.refit import refit_scales
 
 GPTQ_DAMP = 0.01       # fraction of the mean Hessian diagonal added before inverting
 GPTQ_BLOCK = 128       # columns updated together (lazy batch updates)
@@ -155,13 +154,12 @@ def output_error(weight: torch.Tensor, quantized: QuantizedLinear,
 
 
 def gptq(weight: torch.Tensor, hessian: torch.Tensor, bits: int, group_size: int,
-         symmetric: bool = False, act_order: bool = False, refit: bool = True) -> QuantizedLinear:
+         symmetric: bool = False, act_order: bool = False) -> QuantizedLinear:
     """GPTQ with groups: each group's grid is set from its (error-updated) weights when the
     group's first column is reached, columns in input order; or with `act_order`, columns in
     order of falling input energy (the Hessian's diagonal: the columns whose errors the
     others can absorb go first) on grids set beforehand from the original weights ("static
-    groups": the artifact's groups stay contiguous, only the order of rounding changes). With
-    `refit`, the scales are fitted again for the integers chosen (refit.py)."""
+    groups": the artifact's groups stay contiguous, only the order of rounding changes)."""
     w = weight.detach().to(torch.float32).clone()
     n, k = w.shape
     maxq = 2 ** bits - 1
@@ -170,7 +168,6 @@ def gptq(weight: torch.Tensor, hessian: torch.Tensor, bits: int, group_size: int
     h[dead, dead] = 1.0
     w[:, dead] = 0.0
     importance = torch.diag(h)
-    original, hessian = w.clone(), h.clone()   # for the refit, in input order
     scales = torch.zeros(n, k // group_size)
     zeros = torch.zeros(n, k // group_size, dtype=torch.uint8)
     order = torch.arange(k)
@@ -203,8 +200,6 @@ def gptq(weight: torch.Tensor, hessian: torch.Tensor, bits: int, group_size: int
             w_block[:, i:] -= error[:, None] * h_block[i, i:][None, :]
             errors[:, i] = error
         w[:, stop:] -= errors @ h_inv[start:stop, stop:]
-    if refit:
-        scales = refit_scales(original, q, zeros, scales, hessian, symmetric)
     return QuantizedLinear(q=q, scales=scales, zeros=zeros, bits=bits, group_size=group_size)
 
 
