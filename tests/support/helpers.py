@@ -80,11 +80,3 @@ def safetensors_header(path: Path, shape: Any, dtype: str = "F32") -> Path:
     raw = json.dumps(header).encode()
     path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(offset))
     return path
-
-
-def lm_candidate_kept(tried: list[dict[str, Any]]) -> str:
-    """The candidate an LM `candidates` record (step quantize) must have kept: the lowest score
-    is among the tied, and of those the smallest file (bytes_ratio), then the earliest listed."""
-    lowest = min(tried, key=lambda entry: entry["score"])
-    assert lowest["tied"], lowest
-    return min((t for t in tried if t["tied"]), key=lambda t: t["settings"]["bytes_ratio"])["name"]

@@ -140,14 +140,8 @@ def _score(model: Any, variants: list[Variant], windows: np.ndarray, formats: tu
 
 
 def winner(variants: list[Variant]) -> Variant:
-    """The lowest KL, or among those the windows cannot tell from it (tied) the smallest, then
-    the earliest listed."""
-    return min(tied(variants), key=lambda v: v.bytes)
-
-
-def tied(variants: list[Variant]) -> list[Variant]:
-    """The lowest KL and the variants within TIE_SE paired standard errors of it (their
-    per-window KL minus its), in listed order."""
+    """The lowest KL, or among those the windows cannot tell from it (within TIE_SE paired
+    standard errors of its per-window KL) the smallest, then the earliest listed."""
     best = min(variants, key=lambda v: v.kl)
 
     def ties(variant: Variant) -> bool:
@@ -155,7 +149,7 @@ def tied(variants: list[Variant]) -> list[Variant]:
         spread = gaps.std(ddof=1) / np.sqrt(len(gaps)) if len(gaps) > 1 else 0.0
         return variant is best or gaps.mean() <= TIE_SE * spread
 
-    return [variant for variant in variants if ties(variant)]
+    return min((v for v in variants if ties(v)), key=lambda v: v.bytes)
 
 
 def scores_by_format(scorer: KlScorer, weights: dict[str, QuantizedLinear],
@@ -214,12 +208,11 @@ def _record(variants: list[Variant], best: Variant, scoring: np.ndarray | None,
                  if scoring is None else
                  f"{len(scoring)} {'held-out ' if held_out else ''}calibration windows of "
                  f"{scoring.shape[1]} tokens: mean KL(float || candidate) per token, lower is closer")
-    ties = {v.name for v in tied(variants)} if scoring is not None else {best.name}
     return {"artifact": "all", "step": "quantize", "scored_on": scored_on, "winner": best.name,
             "rule": f"the lowest score, or among the candidates within {TIE_SE:g} paired standard "
                     "errors of it (per window) the smallest file, then the earliest listed",
             "tried": [{"name": v.name, "score": v.kl if v.kl_by_format else None,
-                       "by_format": v.kl_by_format or None, "tied": v.name in ties, "settings": {
+                       "by_format": v.kl_by_format or None, "settings": {
                            "algorithm": v.algorithm, "int8": v.int8,
                            "bytes_ratio": round(v.bytes / first_bytes, 4)}}
                       for v in variants]}
