@@ -9,13 +9,8 @@ weight-only plan is a candidate, scored on calibration windows the integers were
 - which matrices stay at int8 within the recipe's byte budget (mixed.py): none, or the
   costliest in each of mixed.ORDERS.
 The score is the mean KL divergence of the candidate's next-token distribution from the float
-model's, per token (0: the same model), taken per scoring window. The lowest wins unless the
-windows cannot tell it from others: a candidate whose KL is within TIE_SE paired standard errors
-of the lowest's (its per-window differences from it) ties it, and among ties the smaller file,
-then the earlier listed, wins. On the bench's small LMs the top GPTQ candidates differ by 1-2%
-of KL, under the windows' resolution, and the order the noise gave them moved the evaluation
-perplexity by 0.1-0.5% either way. report.json `candidates` has an entry (step "quantize")
-listing every candidate's score and settings, and the winner. The group size
+model's, per token (0: the same model); the lowest wins. report.json `candidates` has an entry
+(step "quantize") listing every candidate's score and settings, and the winner. The group size
 and the grid stay as the recipe says: they set the bytes the planner counted.
 """
 from __future__ import annotations
@@ -41,15 +36,14 @@ from compressor.backends.llm.quantize import (WeightOnlyPlan, computing_with, pr
 # Qwen2 0.0070 / 0.0068 / 0.0088: each wins somewhere, so each is tried.
 ALGORITHMS = ("gptq_act_order", "gptq", "rtn")
 HELD_OUT_SHARE = 4              # 1 in 4 calibration windows scores, when there are 8 or more
-TIE_SE = 2.0                    # paired standard errors of KL within which candidates tie
 MIN_WINDOWS_TO_SPLIT = 8
 REFERENCE_CACHE_BYTES = 256 * 2**20
 
 
 @dataclass
 class Variant:
-    """One candidate: its integers are made when it is scored (`make`) and dropped after, so a
-    7B model's candidates never sit in memory together (the winner is made again)."""
+    """One candidate: its integers are made when it is scored (`make`) and dropped after
+    unless it is the best so far, so a 7B model's candidates never sit in memory together."""
 
     name: str
     algorithm: str
@@ -57,7 +51,6 @@ class Variant:
     int8: list[str] = field(default_factory=list)
     bytes: int = 0
     kl_by_format: dict[str, float] = field(default_factory=dict)
-    kl_windows: np.ndarray | None = None   # per scoring window, in the format scored worst
 
     @property
     def kl(self) -> float:
@@ -98,12 +91,11 @@ def choose_weights(loaded: LoadedLm, plan: WeightOnlyPlan, calibration: np.ndarr
             variant.bytes = _bytes(variant.make())
         return kept.make(), _record(variants, kept, None, calibration)
     with progress(task, "score candidates", len(variants)) as advance:
-        _score(loaded.model, variants, scoring, formats, advance)
-    best = winner(variants)
+        best, best_weights = _scored(loaded.model, variants, scoring, formats, advance)
     if info is not None:
         info("quantize: candidates (mean KL from the float model, lower is closer): " + ", ".join(
             f"{v.name} {v.kl:.4g}" for v in variants) + f"; kept {best.name}")
-    return best.make(), _record(variants, best, scoring, calibration)
+    return best_weights, _record(variants, best, scoring, calibration)
 
 
 def _mixes(algorithm: str, candidate: Any, budget: float, floats: dict[str, torch.Tensor],
@@ -126,46 +118,28 @@ def _mixes(algorithm: str, candidate: Any, budget: float, floats: dict[str, torc
     return variants
 
 
-def _score(model: Any, variants: list[Variant], windows: np.ndarray, formats: tuple[str, ...],
-           advance: Callable[[int], None]) -> None:
-    """Each variant's bytes and KL per format (and per window), made and scored one at a time."""
+def _scored(model: Any, variants: list[Variant], windows: np.ndarray, formats: tuple[str, ...],
+            advance: Callable[[int], None]) -> tuple[Variant, dict[str, QuantizedLinear]]:
+    """Each variant's KL per format, made and scored one at a time; the best and its weights."""
     scorer = KlScorer(model, windows)
+    best, best_weights = None, {}
     for variant in variants:
         weights = variant.make()
         variant.bytes = _bytes(weights)
-        by_window = windows_by_format(scorer, weights, formats)
-        variant.kl_by_format = {fmt: float(kl.mean()) for fmt, kl in by_window.items()}
-        variant.kl_windows = max(by_window.values(), key=np.mean)
+        variant.kl_by_format = scores_by_format(scorer, weights, formats)
+        if best is None or variant.kl < best.kl:
+            best, best_weights = variant, weights
         advance(1)
-
-
-def winner(variants: list[Variant]) -> Variant:
-    """The lowest KL, or among those the windows cannot tell from it (within TIE_SE paired
-    standard errors of its per-window KL) the smallest, then the earliest listed."""
-    best = min(variants, key=lambda v: v.kl)
-
-    def ties(variant: Variant) -> bool:
-        gaps = variant.kl_windows - best.kl_windows
-        spread = gaps.std(ddof=1) / np.sqrt(len(gaps)) if len(gaps) > 1 else 0.0
-        return variant is best or gaps.mean() <= TIE_SE * spread
-
-    return min((v for v in variants if ties(v)), key=lambda v: v.bytes)
+    return best, best_weights
 
 
 def scores_by_format(scorer: KlScorer, weights: dict[str, QuantizedLinear],
                      formats: tuple[str, ...]) -> dict[str, float]:
-    """format -> the mean KL of `weights` as that format's runtime computes them
-    (windows_by_format)."""
-    return {fmt: float(kl.mean()) for fmt, kl in windows_by_format(scorer, weights, formats).items()}
-
-
-def windows_by_format(scorer: KlScorer, weights: dict[str, QuantizedLinear],
-                      formats: tuple[str, ...]) -> dict[str, np.ndarray]:
-    """format -> the KL per window of `weights` as that format's runtime computes them: the
-    integers as they are unless its registry entry names how its runtime changes them
-    (Format.lm_weights: a .tflite rounds other grids again; Format.lm_activations: it rounds
-    the matrices' inputs too). Formats computing exactly the integers share one score."""
-    scores: dict[str, np.ndarray] = {}
+    """format -> the KL of `weights` as that format's runtime computes them: the integers as
+    they are unless its registry entry names how its runtime changes them (Format.lm_weights:
+    a .tflite rounds other grids again; Format.lm_activations: it rounds the matrices' inputs
+    too). Formats computing exactly the integers share one score."""
+    scores: dict[str, float] = {}
     as_stored = None
     for fmt in formats or ("any",):
         entry = format_named(fmt) if fmt != "any" else None
@@ -209,8 +183,6 @@ def _record(variants: list[Variant], best: Variant, scoring: np.ndarray | None,
                  f"{len(scoring)} {'held-out ' if held_out else ''}calibration windows of "
                  f"{scoring.shape[1]} tokens: mean KL(float || candidate) per token, lower is closer")
     return {"artifact": "all", "step": "quantize", "scored_on": scored_on, "winner": best.name,
-            "rule": f"the lowest score, or among the candidates within {TIE_SE:g} paired standard "
-                    "errors of it (per window) the smallest file, then the earliest listed",
             "tried": [{"name": v.name, "score": v.kl if v.kl_by_format else None,
                        "by_format": v.kl_by_format or None, "settings": {
                            "algorithm": v.algorithm, "int8": v.int8,
@@ -237,8 +209,8 @@ def _token_tables(model: Any) -> frozenset[str]:
 
 
 class KlScorer:
-    """KL(float || candidate) per predicted token, averaged per window of `windows`: sum
-    p (log p - log q) over the vocabulary. The float model's p (float16) and its sum p log p are kept when p takes at
+    """Mean KL(float || candidate) per predicted token on `windows`: sum p (log p - log q) over
+    the vocabulary. The float model's p (float16) and its sum p log p are kept when p takes at
     most REFERENCE_CACHE_BYTES (SmolLM's 49k vocabulary over 8 x 256 tokens: 200 MB), else
     computed again beside each candidate's."""
 
@@ -247,43 +219,42 @@ class KlScorer:
         self.batches = [torch.as_tensor(windows[start:start + CALIBRATION_BATCH])
                         for start in range(0, len(windows), CALIBRATION_BATCH)]
         vocabulary = model.get_output_embeddings().weight.shape[0]
-        self.cache: list[tuple[torch.Tensor, torch.Tensor]] | None = \
+        self.cache: list[tuple[torch.Tensor, float]] | None = \
             [] if windows.size * vocabulary * 2 <= REFERENCE_CACHE_BYTES else None
 
-    def _reference(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(p, sum p log p per window) of the float model on batch `index`."""
+    def _reference(self, index: int) -> tuple[torch.Tensor, float]:
+        """(p, sum p log p) of the float model on batch `index`."""
         if self.cache is not None and index < len(self.cache):
             return self.cache[index]
         log_p = _log_probs(self.model, self.batches[index])
         p = log_p.exp()
-        found = (p.to(torch.float16) if self.cache is not None else p,
-                 (p * log_p).sum(dim=(1, 2)))
+        found = (p.to(torch.float16) if self.cache is not None else p, float((p * log_p).sum()))
         if self.cache is not None:
             self.cache.append(found)
         return found
 
     def __call__(self, weights: dict[str, QuantizedLinear],
-                 inputs: Callable[..., Any] | None = None) -> np.ndarray:
-        """The KL per window of the model computing with `weights`; `inputs(model, names)`: a
-        context in which the quantized matrices' inputs are rounded as a runtime does
+                 inputs: Callable[..., Any] | None = None) -> float:
+        """The KL of the model computing with `weights`; `inputs(model, names)`: a context in
+        which the quantized matrices' inputs are rounded as a runtime does
         (Format.lm_activations), around the candidate's forward only."""
-        found = []
+        total, tokens = 0.0, 0
         with torch.no_grad():
             for index, batch in enumerate(self.batches):
                 p, p_log_p = self._reference(index)
                 with computing_with(self.model, weights), \
                         inputs(self.model, weights) if inputs else contextlib.nullcontext():
                     log_q = _log_probs(self.model, batch)
-                cross = (p.to(torch.float32) * log_q).sum(dim=(1, 2))
-                found.append((p_log_p - cross) / log_q.shape[1])
-        return torch.cat(found).numpy().astype(np.float64)
+                total += p_log_p - float((p.to(torch.float32) * log_q).sum())
+                tokens += log_q.shape[0] * log_q.shape[1]
+        return total / tokens
 
 
 def kl_from_float(model: Any, candidates: list[dict[str, QuantizedLinear]],
                   windows: np.ndarray) -> list[float]:
-    """KlScorer's mean score of each candidate."""
+    """KlScorer's score of each candidate."""
     scorer = KlScorer(model, windows)
-    return [float(scorer(weights).mean()) for weights in candidates]
+    return [scorer(weights) for weights in candidates]
 
 
 def _log_probs(model: Any, batch: torch.Tensor) -> torch.Tensor:
