@@ -12,9 +12,10 @@ import fnmatch
 import re
 
 MAX_CHARS = 60
-# counters converters give constants: tf2onnx, the MLIR TFLite converter, torch.onnx
+# counters converters give constants: tf2onnx, the MLIR TFLite converter, torch.onnx, and the
+# short hex names of our own saved ONNX files (export/onnx_compact.py)
 GENERATED = re.compile(r"^(const(_fold_opt)?_+\d+|arith\.constant\d*|val_\d+|onnx::.*|"
-                       r"pseudo_qconst\d*|_v_\d+)$")
+                       r"pseudo_qconst\d*|_v_\d+|[0-9a-f]{1,6})$")
 # TensorFlow op scopes, not layers: MatMul_1, BiasAdd, ReadVariableOp, embedding_lookup1
 OP_SCOPE = re.compile(r"^([A-Z][A-Za-z0-9]*|[a-z]+(_[a-z]+)*_lookup|perm|transpose|"
                       r"strided_slice)(_?\d+)?$")

@@ -52,8 +52,8 @@ CANDIDATES = {
 PLAIN_NAME = "onnxruntime_defaults"
 BLOCKWISE = "blockwise_int8"   # every weight MatMul as MatMulNBits (onnx_blockwise.py)
 LATENCY_BOUND = 1.25   # modelled cost / the plain file's (onnx_cost.py): costlier cannot win
-SIZE_BOUND = 1.05      # bytes / the plain dynamic file's: larger candidates cannot win,
-SIZE_SLACK = 1024      # beyond these bytes (a few side vectors are 5% of a toy graph's file)
+SIZE_BOUND = 1.05      # bytes / the plain dynamic file's (+ SIZE_SLACK): larger cannot win
+SIZE_SLACK = 1024      # bytes: a few side vectors are 5% of a toy graph's file
 # onnxruntime's quantizers raise these on graphs they cannot handle (onnx_prepare.quantizing)
 QUANTIZER_ERRORS = (RuntimeError, ValueError, KeyError, TypeError, AssertionError, IndexError)
 

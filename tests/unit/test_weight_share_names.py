@@ -31,6 +31,7 @@ LINEAR2 = (f"{ROOT}/torch.nn.modules.transformer.TransformerEncoder_encoder/torc
     ("encoder.layers.0.linear1.weight", "", "encoder.layers.0.linear1.weight"),
     ("W1", "Conv x", "W1"),
     ("const__5", "", "const__5"),
+    ("3f", "MatMulInteger node_MatMul_74", "matmulinteger in MatMul_74"),   # ours (onnx_compact)
 ])
 def test_short_tensor_names(name, reader, short):
     assert short_tensor_name(name, reader) == short
