@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import fnmatch
-import re
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,6 @@ def save_checked_onnx(proto: Any, path: Path, log: Path) -> Path:
     """onnx.checker first, so an invalid graph is a typed error and never written."""
     import onnx
 
-    stable_names(proto)
     compact(proto)
     try:
         onnx.checker.check_model(proto)
@@ -26,44 +24,6 @@ def save_checked_onnx(proto: Any, path: Path, log: Path) -> Path:
                                       f"see {log}, or export tflite only") from None
     onnx.save(proto, str(path))
     return path
-
-
-GENERATED_SUFFIX = re.compile(r"__\d+")   # tf2onnx's make_name counter, e.g. scale__63
-
-
-def stable_names(proto: Any) -> None:
-    """Name initializers by first use and renumber generated `name__N` names in node order,
-    in place: converters number them from process-wide counters and merge duplicate constants
-    in varying order, so the same model would otherwise give other bytes each run. Graph
-    inputs and outputs keep their names; graphs with subgraphs are left as they are."""
-    graph = proto.graph
-    if any(attr.g.node or attr.graphs for node in graph.node for attr in node.attribute):
-        return
-    keep = {value.name for value in (*graph.input, *graph.output)}
-    initializers = {init.name for init in graph.initializer}
-    renamed: dict[str, str] = {}
-    for node in graph.node:
-        for name in node.input:
-            if name in initializers and name not in keep and name not in renamed:
-                renamed[name] = f"const__{len(renamed)}"
-    count = len(renamed)
-    for node in graph.node:
-        for name in node.output:
-            if GENERATED_SUFFIX.search(name) and name not in keep and name not in renamed:
-                renamed[name] = f"{GENERATED_SUFFIX.sub('', name)}__{count}"
-                count += 1
-    for index, node in enumerate(graph.node):
-        if GENERATED_SUFFIX.search(node.name):
-            node.name = f"{GENERATED_SUFFIX.sub('', node.name)}__n{index}"
-        node.input[:] = [renamed.get(name, name) for name in node.input]
-        node.output[:] = [renamed.get(name, name) for name in node.output]
-    for value in (*graph.initializer, *graph.value_info):
-        value.name = renamed.get(value.name, value.name)
-    order = {name: i for i, name in enumerate(renamed.values())}
-    ordered = sorted(graph.initializer, key=lambda init: (order.get(init.name, len(order)), init.name))
-    ordered = [copy.deepcopy(init) for init in ordered]
-    del graph.initializer[:]
-    graph.initializer.extend(ordered)
 
 
 def float16_onnx(proto: Any, precision: Any) -> Any:

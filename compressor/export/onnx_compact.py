@@ -8,6 +8,8 @@ float32 side parameters (biases, scales, LayerNorm) beside int8 weights made up 
 """
 from __future__ import annotations
 
+import copy
+import re
 from typing import Any
 
 import numpy as np
@@ -17,21 +19,35 @@ import numpy as np
 SIDE_PARAM_READERS = frozenset({"Add", "Mul", "Sub", "Div", "LayerNormalization", "Gather"})
 MIN_SIDE_ELEMENTS = 16          # below it the Cast node costs more than float16 saves
 FLOAT16_TINY, FLOAT16_MAX = 2.0 ** -14, 65504.0   # normal float16: relative error <= 2^-11
+GENERATED_SUFFIX = re.compile(r"__\d+")   # tf2onnx's make_name counter, e.g. scale__63
 
 
 def compact(proto: Any) -> None:
-    """In place, nothing computed changes: internal tensors get short names (graph inputs and
-    outputs keep theirs), value_info goes (onnxruntime and our inspection infer shapes), empty
-    strings written explicitly are cleared, and opset imports no node uses are dropped. Only
-    nodes reading a weight (an initializer of 2 or more dimensions) keep their names:
-    inspection names a weight by the node that reads it."""
+    """In place, nothing computed changes: internal tensors get short names in node order
+    (graph inputs and outputs keep theirs), value_info goes (onnxruntime and our inspection
+    infer shapes), empty strings written explicitly are cleared, and opset imports no node uses
+    are dropped. Only nodes reading a weight (an initializer of 2 or more dimensions) keep
+    their names: inspection names a weight by the node that reads it. Converters number names
+    from process-wide counters and merge duplicate constants in varying order, so the names
+    (generated `name__N` node names renumbered in node order too) and the initializers' order
+    (by first use) are set here: the same model gives the same bytes each run."""
     graph = proto.graph
     if any(attr.g.node or attr.graphs for node in graph.node for attr in node.attribute):
         return   # subgraphs (If / Loop) read outer names: left as they are
     weights = {init.name for init in graph.initializer if len(init.dims) >= 2}
-    for node in graph.node:
+    first_use: dict[str, int] = {}
+    for index, node in enumerate(graph.node):
+        for name in node.input:
+            first_use.setdefault(name, len(first_use))
         if not weights.intersection(node.input):
             node.ClearField("name")
+        elif GENERATED_SUFFIX.search(node.name):
+            node.name = f"{GENERATED_SUFFIX.sub('', node.name)}__n{index}"
+    ordered = sorted(graph.initializer, key=lambda init: (first_use.get(init.name, len(first_use)),
+                                                          init.name))
+    ordered = [copy.deepcopy(init) for init in ordered]
+    del graph.initializer[:]
+    graph.initializer.extend(ordered)
     keep = {value.name for value in (*graph.input, *graph.output)}
     short: dict[str, str] = {}
 
