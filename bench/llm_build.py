@@ -9,7 +9,8 @@
   Q4_0 baseline (bench/llm_models.py).
 - score HF [--rounds=N] FOLDER... [--untimed FOLDER...]: every onnxruntime-genai folder scored
   by the same code, in one process: perplexity from open_lm_runtime(folder, threads=1).predict
-  on those windows, size on disk (inspect_artifact), the 4-bit share of its weight bytes, and,
+  on every held-out window (bench/llm_closeness.py), the KL of its logits from the float
+  model's there, size on disk (inspect_artifact), the 4-bit share of its weight bytes, and,
   for the folders before --untimed, speed(512, 64) at 1 thread, round-robin over them (N
   times, default ROUNDS, the median kept: the machine is shared).
 - big OUT [--quick]: a ~1B-parameter random-init Llama (Llama-3.2-1B's shape) saved in
@@ -92,21 +93,27 @@ def score(hf: str, *args: str) -> dict:
 
 
 def _score(hf: str, timed: list[str], untimed: list[str], rounds: int) -> dict:
-    from transformers import AutoTokenizer
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import compressor.tasks.lm.metrics as lm_metrics
-    from compressor.tasks.lm.text_data import TextData
+    from bench.llm_closeness import FloatReference, held_out
     from compressor.runtimes import inspect_artifact
     from compressor.runtimes.lm import open_lm_runtime
     from compressor.runtimes.weights import weight_share_at
 
-    _, evaluation = TextData().windows(AutoTokenizer.from_pretrained(hf))
+    torch.set_num_threads(1)
+    evaluation = held_out(AutoTokenizer.from_pretrained(hf))
+    reference = FloatReference(
+        AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32).eval(), evaluation)
     folders = [*timed, *untimed]
     rows = {}
     for folder in folders:
         info = inspect_artifact(Path(folder))
-        outputs = open_lm_runtime(Path(folder), threads=1).predict(evaluation)
+        runtime = open_lm_runtime(Path(folder), threads=1)
+        outputs = runtime.predict(evaluation)
         rows[folder] = {"perplexity": round(lm_metrics.perplexity(outputs), 4),
+                        "kl": reference.kl(runtime.logits),
                         "size_bytes": info.size_bytes, **_layout_bytes(Path(folder)),
                         "int4_share": round(weight_share_at(info.weights, 4)[0], 4),
                         "speeds": []}

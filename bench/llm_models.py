@@ -14,14 +14,15 @@ baseline every model is scored against. Steps of `python -m bench.llm_build` (fr
   release is packaged), dequantized by transformers into float32 and saved as a Hugging Face
   folder; cached while the package's version is unchanged. Its weights already lie on a 4-bit
   grid (Q4_1: 32-weight blocks, a scale and a minimum each); every quantizer re-rounds them.
-- q4_0 HF: the float model's torch perplexity on TextData's default evaluation windows (the
-  windows `compress --data text` validates on), and that of the same model with its weights
+- q4_0 HF: the float model's torch perplexity on every held-out window (llm_closeness.held_out:
+  the windows the case scores everything on), and that of the same model with its weights
   quantized as llama.cpp's `llama-quantize ... Q4_0` with the token embedding / head at Q8_0:
   gguf's reference quantizer (gguf.quants.quantize: the same rounding as ggml's C reference)
   on every 2-D weight but the embedding / head (Q4_0) and on the embedding / head (Q8_0),
   dequantized back into the torch model, norms and biases kept in float32 (as GGUF keeps 1-D
   tensors). The forward runs in float32 (what llama.cpp's reference kernels compute, up to the
-  rounding of activations to Q8 its CPU dot products do). The GGUF bytes are counted too.
+  rounding of activations to Q8 its CPU dot products do). The GGUF bytes are counted too, and
+  its KL from the float model (llm_closeness.FloatReference).
 """
 from __future__ import annotations
 
@@ -204,23 +205,24 @@ def shares(model) -> dict:
 # --- llama.cpp-style Q4_0 with the embedding / head at Q8_0 -------------------------------------
 
 def q4_0(hf: str) -> dict:
-    """Torch perplexity of the float model and of its Q4_0 + Q8_0-head copy on TextData's default
-    evaluation windows (see the module)."""
+    """Torch perplexity of the float model and of its Q4_0 + Q8_0-head copy on every held-out
+    window, and the copy's KL from the float model (see the module)."""
     import numpy as np
     import torch
     from gguf import GGMLQuantizationType
     from gguf.quants import dequantize, quantize
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from compressor.tasks.lm.text_data import TextData
+    from bench.llm_closeness import FloatReference, held_out
 
     torch.set_num_threads(1)
     started = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(hf)
     model = AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32).eval()
-    _, evaluation = TextData().windows(tokenizer)
+    evaluation = held_out(tokenizer)
     perplexity = tiny_lm_module().perplexity
     base = perplexity(model, evaluation)
+    reference = FloatReference(model, evaluation)
     embedding = model.get_input_embeddings().weight
     head = model.get_output_embeddings()
     q8 = {id(embedding)} | ({id(head.weight)} if head is not None else set())
@@ -238,7 +240,9 @@ def q4_0(hf: str) -> dict:
             gguf_bytes += packed.nbytes
             counts[kind.name] += 1
     quantized = perplexity(model, evaluation)
+    kl = reference.kl(lambda batch: model(input_ids=torch.from_numpy(batch)).logits)
     return {"torch_perplexity": round(base, 4), "q4_0_perplexity": round(quantized, 4),
+            "q4_0_kl": kl,
             "perplexity_increase": round(quantized / base - 1, 5), "gguf_weight_bytes": gguf_bytes,
             "float32_bytes": float_bytes, "tensors": counts, "eval_windows": list(evaluation.shape),
             "seconds": round(time.perf_counter() - started, 1)}
