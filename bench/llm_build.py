@@ -97,15 +97,16 @@ def _score(hf: str, timed: list[str], untimed: list[str], rounds: int) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import compressor.tasks.lm.metrics as lm_metrics
-    from bench.llm_closeness import FloatReference, held_out
+    from bench.llm_closeness import held_out, kl_from_logits
+    from compressor.backends.llm.candidates import KlScorer
     from compressor.runtimes import inspect_artifact
     from compressor.runtimes.lm import open_lm_runtime
     from compressor.runtimes.weights import weight_share_at
 
     torch.set_num_threads(1)
     evaluation = held_out(AutoTokenizer.from_pretrained(hf))
-    reference = FloatReference(
-        AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32).eval(), evaluation)
+    reference = KlScorer(AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32).eval(),
+                         evaluation)
     folders = [*timed, *untimed]
     rows = {}
     for folder in folders:
@@ -113,7 +114,7 @@ def _score(hf: str, timed: list[str], untimed: list[str], rounds: int) -> dict:
         runtime = open_lm_runtime(Path(folder), threads=1)
         outputs = runtime.predict(evaluation)
         rows[folder] = {"perplexity": round(lm_metrics.perplexity(outputs), 4),
-                        "kl": reference.kl(runtime.logits),
+                        "kl": kl_from_logits(reference, runtime.logits),
                         "size_bytes": info.size_bytes, **_layout_bytes(Path(folder)),
                         "int4_share": round(weight_share_at(info.weights, 4)[0], 4),
                         "speeds": []}

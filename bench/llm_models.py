@@ -22,10 +22,11 @@ baseline every model is scored against. Steps of `python -m bench.llm_build` (fr
   dequantized back into the torch model, norms and biases kept in float32 (as GGUF keeps 1-D
   tensors). The forward runs in float32 (what llama.cpp's reference kernels compute, up to the
   rounding of activations to Q8 its CPU dot products do). The GGUF bytes are counted too, and
-  its KL from the float model (llm_closeness.FloatReference).
+  its KL from the float model (llm_closeness.kl_from_logits).
 """
 from __future__ import annotations
 
+import copy
 import json
 import sys
 import time
@@ -213,7 +214,8 @@ def q4_0(hf: str) -> dict:
     from gguf.quants import dequantize, quantize
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from bench.llm_closeness import FloatReference, held_out
+    from bench.llm_closeness import held_out, kl_from_logits
+    from compressor.backends.llm.candidates import KlScorer
 
     torch.set_num_threads(1)
     started = time.perf_counter()
@@ -222,7 +224,8 @@ def q4_0(hf: str) -> dict:
     evaluation = held_out(tokenizer)
     perplexity = tiny_lm_module().perplexity
     base = perplexity(model, evaluation)
-    reference = FloatReference(model, evaluation)
+    # its own float copy: with a large vocabulary it recomputes the float side per batch
+    reference = KlScorer(copy.deepcopy(model), evaluation)
     embedding = model.get_input_embeddings().weight
     head = model.get_output_embeddings()
     q8 = {id(embedding)} | ({id(head.weight)} if head is not None else set())
@@ -240,7 +243,7 @@ def q4_0(hf: str) -> dict:
             gguf_bytes += packed.nbytes
             counts[kind.name] += 1
     quantized = perplexity(model, evaluation)
-    kl = reference.kl(lambda batch: model(input_ids=torch.from_numpy(batch)).logits)
+    kl = kl_from_logits(reference, lambda batch: model(input_ids=torch.from_numpy(batch)).logits)
     return {"torch_perplexity": round(base, 4), "q4_0_perplexity": round(quantized, 4),
             "q4_0_kl": kl,
             "perplexity_increase": round(quantized / base - 1, 5), "gguf_weight_bytes": gguf_bytes,

@@ -1,4 +1,5 @@
-"""The LLM bench's evaluation windows and its KL from the float model (bench/llm_closeness.py)."""
+"""The LLM bench's evaluation windows and its KL from the float model of any logits
+(bench/llm_closeness.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +7,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from bench.llm_closeness import BATCH, FloatReference, held_out  # noqa: E402
+from bench.llm_closeness import held_out, kl_from_logits  # noqa: E402
+from compressor.backends.llm.candidates import KlScorer  # noqa: E402
+from compressor.backends.llm.layer_inputs import CALIBRATION_BATCH  # noqa: E402
 from compressor.tasks.lm.text_data import TextData  # noqa: E402
 from support import tiny_lm  # noqa: E402
 
@@ -29,19 +32,19 @@ def test_held_out_is_every_window_of_the_evaluation_text(tokenizer):
 
 def test_kl_is_zero_for_the_float_model_and_matches_torch_for_another(tokenizer):
     model = tiny_lm.random_lm(tokenizer).eval()
-    windows = held_out(tokenizer)[: BATCH + 2]   # two batches, the last one short
-    reference = FloatReference(model, windows)
+    windows = held_out(tokenizer)[: CALIBRATION_BATCH + 2]   # two batches, the last one short
+    reference = KlScorer(model, windows)
 
     def logits(of):
         return lambda batch: of(input_ids=torch.from_numpy(batch)).logits
 
-    assert abs(reference.kl(logits(model))) < 1e-5
+    assert abs(kl_from_logits(reference, logits(model))) < 1e-5
     other = tiny_lm.random_lm(tokenizer, seed=1).eval()
     with torch.no_grad():
         ids = torch.from_numpy(np.asarray(windows))
         log_p = torch.log_softmax(model(input_ids=ids).logits, -1)
         log_q = torch.log_softmax(other(input_ids=ids).logits, -1)
     expected = float((log_p.exp() * (log_p - log_q)).sum(-1).mean())
-    got = reference.kl(logits(other))
+    got = kl_from_logits(reference, logits(other))
     assert expected > 0.01
     assert got == pytest.approx(expected, rel=2e-3)   # p is kept in float16

@@ -238,13 +238,21 @@ class KlScorer:
         """The KL of the model computing with `weights`; `inputs(model, names)`: a context in
         which the quantized matrices' inputs are rounded as a runtime does
         (Format.lm_activations), around the candidate's forward only."""
+        def log_q(batch: torch.Tensor) -> torch.Tensor:
+            with computing_with(self.model, weights), \
+                    inputs(self.model, weights) if inputs else contextlib.nullcontext():
+                return _log_probs(self.model, batch)
+
+        return self.kl(log_q)
+
+    def kl(self, log_q_of: Callable[[torch.Tensor], torch.Tensor]) -> float:
+        """The mean KL of any model from the float one: `log_q_of(batch)` gives its
+        log-probabilities [B, T, vocab] on a batch of the windows (int64 [B, T])."""
         total, tokens = 0.0, 0
         with torch.no_grad():
             for index, batch in enumerate(self.batches):
                 p, p_log_p = self._reference(index)
-                with computing_with(self.model, weights), \
-                        inputs(self.model, weights) if inputs else contextlib.nullcontext():
-                    log_q = _log_probs(self.model, batch)
+                log_q = log_q_of(batch)
                 total += p_log_p - float((p.to(torch.float32) * log_q).sum())
                 tokens += log_q.shape[0] * log_q.shape[1]
         return total / tokens
